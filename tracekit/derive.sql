@@ -1,0 +1,170 @@
+-- Derivation run once per trace after ingest, over a store holding that one trace.
+-- Fills events.parent_id/depth/self_ns (nesting per host thread), launch_id (GPU row -> runtime
+-- call, by correlation within the process), stage and request_id (attribution rules of
+-- docs/architecture.md), and the stages and requests tables.
+-- Input: temp table _stage_rules(stage VARCHAR, pattern VARCHAR) made by tracekit/derive.py.
+
+-- 1. Nesting. A sweep over start (+1) and end (-1) points per thread: the running sum at a start
+-- point is the depth + 1. Ties: ends before starts; longer events start first; inner events end
+-- first; zero-length events end right after they start.
+CREATE OR REPLACE TEMP TABLE _host AS
+SELECT event_id, coalesce(pid, -1) AS pid, tid, start_ns, end_ns, dur_ns
+FROM events
+WHERE tid IS NOT NULL AND kind NOT IN ('kernel', 'memcpy', 'memset', 'gpu_range');
+
+CREATE OR REPLACE TEMP TABLE _starts AS
+WITH points AS (
+    SELECT event_id, pid, tid, start_ns AS t, 1 AS grp, -dur_ns AS k1, event_id AS k2, 1 AS delta
+    FROM _host
+    UNION ALL
+    SELECT event_id, pid, tid, end_ns, CASE WHEN dur_ns = 0 THEN 2 ELSE 0 END, -start_ns,
+           -event_id, -1
+    FROM _host
+), swept AS (
+    SELECT event_id, pid, tid, delta,
+           row_number() OVER w AS seq,
+           sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS running
+    FROM points
+    WINDOW w AS (PARTITION BY pid, tid ORDER BY t, grp, k1, k2)
+)
+SELECT event_id, pid, tid, seq, (running - 1)::INTEGER AS depth FROM swept WHERE delta = 1;
+
+CREATE OR REPLACE TEMP TABLE _nest AS
+SELECT c.event_id, c.depth, p.event_id AS parent_id
+FROM _starts c ASOF LEFT JOIN _starts p
+  ON c.pid = p.pid AND c.tid = p.tid AND p.depth = c.depth - 1 AND c.seq > p.seq;
+
+CREATE OR REPLACE TEMP TABLE _children AS
+SELECT n.parent_id AS event_id, sum(e.dur_ns) AS child_ns
+FROM _nest n JOIN events e USING (event_id)
+WHERE n.parent_id IS NOT NULL
+GROUP BY n.parent_id;
+
+-- 2. Launches: each GPU row to the runtime call with its correlation id in the same process
+-- (Kineto GPU rows carry no host pid: the id is unique within the trace there). When a driver
+-- call nests inside a runtime call with the same id, the outer (earliest) one launched it.
+CREATE OR REPLACE TEMP TABLE _launch AS
+SELECT g.event_id, arg_min(r.event_id, r.start_ns) AS launch_id
+FROM events g
+JOIN events r
+  ON r.kind = 'runtime' AND r.correlation = g.correlation AND (g.pid IS NULL OR g.pid = r.pid)
+WHERE g.tid IS NULL AND g.correlation IS NOT NULL AND g.correlation <> 0
+  AND g.kind IN ('kernel', 'memcpy', 'memset', 'sync')
+GROUP BY g.event_id;
+
+-- 3. Stages: tracekit:<stage> ranges, plus user rules (outermost match per thread).
+CREATE OR REPLACE TEMP TABLE _rule_hits AS
+SELECT e.event_id, r.stage, e.start_ns, e.end_ns, e.pid, e.tid
+FROM events e JOIN _stage_rules r ON regexp_matches(e.name, r.pattern)
+WHERE e.kind IN ('range', 'cpu_op', 'python') AND e.tid IS NOT NULL
+  AND NOT (e.kind = 'range' AND e.name LIKE 'tracekit:%');
+
+CREATE OR REPLACE TEMP TABLE _stage_ranges AS
+SELECT event_id, substr(name, 10) AS stage, start_ns, end_ns, pid, tid
+FROM events
+WHERE kind = 'range' AND name LIKE 'tracekit:%' AND name <> 'tracekit:request'
+  AND tid IS NOT NULL AND length(name) > 9
+UNION ALL
+SELECT h.event_id, h.stage, h.start_ns, h.end_ns, h.pid, h.tid
+FROM _rule_hits h
+WHERE NOT EXISTS (
+    SELECT 1 FROM _rule_hits o
+    WHERE o.stage = h.stage AND o.tid = h.tid AND o.pid IS NOT DISTINCT FROM h.pid
+      AND o.event_id <> h.event_id AND o.start_ns <= h.start_ns AND o.end_ns >= h.end_ns
+      AND (o.start_ns < h.start_ns OR o.end_ns > h.end_ns OR o.event_id < h.event_id)
+);
+
+-- 4. Requests: tracekit:request ranges; else ProfilerStep#N; else one request per run of
+-- stages that starts again each time the first stage name recurs.
+CREATE OR REPLACE TEMP TABLE _req_ranges AS
+SELECT event_id, start_ns, end_ns, pid, tid, 'tracekit:request' AS source
+FROM events WHERE kind = 'range' AND name = 'tracekit:request' AND tid IS NOT NULL;
+
+INSERT INTO _req_ranges
+SELECT event_id, start_ns, end_ns, pid, tid, 'ProfilerStep'
+FROM events
+WHERE (SELECT count(*) FROM _req_ranges) = 0
+  AND kind IN ('range', 'cpu_op') AND tid IS NOT NULL
+  AND regexp_full_match(name, 'ProfilerStep#[0-9]+');
+
+INSERT INTO _req_ranges
+WITH s AS (
+    SELECT *, row_number() OVER (ORDER BY start_ns, event_id) AS rn FROM _stage_ranges
+), g AS (
+    SELECT *, sum(CASE WHEN stage = (SELECT stage FROM s WHERE rn = 1) THEN 1 ELSE 0 END)
+                  OVER (ORDER BY start_ns, event_id ROWS UNBOUNDED PRECEDING) AS grp
+    FROM s
+)
+SELECT NULL, min(start_ns), max(end_ns), arg_min(pid, start_ns), arg_min(tid, start_ns),
+       'stage-sequence'
+FROM g
+WHERE (SELECT count(*) FROM _req_ranges) = 0
+GROUP BY grp;
+
+DELETE FROM requests;
+INSERT INTO requests
+SELECT 1, row_number() OVER (ORDER BY start_ns, event_id NULLS LAST), start_ns, end_ns,
+       end_ns - start_ns, source, event_id, pid, tid
+FROM _req_ranges;
+
+-- A stage belongs to the request that contains its start, same thread first.
+CREATE OR REPLACE TEMP TABLE _stage_req AS
+WITH same_thread AS (
+    SELECT s.event_id, r.request_id, r.end_ns AS r_end, s.start_ns
+    FROM _stage_ranges s ASOF LEFT JOIN requests r
+      ON s.pid IS NOT DISTINCT FROM r.pid AND s.tid = r.tid AND s.start_ns >= r.start_ns
+), any_thread AS (
+    SELECT s.event_id, r.request_id, r.end_ns AS r_end, s.start_ns
+    FROM _stage_ranges s ASOF LEFT JOIN requests r ON s.start_ns >= r.start_ns
+)
+SELECT a.event_id,
+       CASE WHEN a.request_id IS NOT NULL AND a.start_ns < a.r_end THEN a.request_id
+            WHEN b.request_id IS NOT NULL AND b.start_ns < b.r_end THEN b.request_id END
+           AS request_id
+FROM same_thread a JOIN any_thread b USING (event_id);
+
+DELETE FROM stages;
+INSERT INTO stages
+SELECT 1, q.request_id, s.stage, s.start_ns, s.end_ns, s.end_ns - s.start_ns, s.event_id,
+       s.pid, s.tid
+FROM _stage_ranges s LEFT JOIN _stage_req q USING (event_id);
+
+-- 5. Host events take the innermost open stage/request on their thread; GPU rows take those
+-- of the runtime call that launched them (the NVTX "GPU projection").
+CREATE OR REPLACE TEMP TABLE _host_attr AS
+WITH st AS (
+    SELECT h.event_id, s.stage, s.end_ns AS s_end, h.start_ns
+    FROM _host h ASOF LEFT JOIN (SELECT coalesce(pid, -1) AS pid, tid, start_ns, end_ns, stage
+                                  FROM stages) s
+      ON h.pid = s.pid AND h.tid = s.tid AND h.start_ns >= s.start_ns
+), rq AS (
+    SELECT h.event_id, r.request_id, r.end_ns AS r_end, h.start_ns
+    FROM _host h ASOF LEFT JOIN (SELECT coalesce(pid, -1) AS pid, tid, start_ns, end_ns,
+                                        request_id FROM requests) r
+      ON h.pid = r.pid AND h.tid = r.tid AND h.start_ns >= r.start_ns
+)
+SELECT st.event_id,
+       CASE WHEN st.start_ns <= st.s_end THEN st.stage END AS stage,
+       CASE WHEN rq.start_ns <= rq.r_end THEN rq.request_id END AS request_id
+FROM st JOIN rq USING (event_id);
+
+ALTER TABLE events RENAME TO _events_raw;
+-- @events_ddl (the events CREATE TABLE of schema.sql is spliced in here by derive.py)
+
+INSERT INTO events
+SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,
+       e.device, e.stream, e.correlation, e.external_id, e.args,
+       n.parent_id, n.depth,
+       CASE WHEN n.event_id IS NOT NULL THEN greatest(e.dur_ns - coalesce(c.child_ns, 0), 0) END,
+       l.launch_id,
+       coalesce(ha.stage, la.stage),
+       coalesce(ha.request_id, la.request_id)
+FROM _events_raw e
+LEFT JOIN _nest n USING (event_id)
+LEFT JOIN _children c USING (event_id)
+LEFT JOIN _launch l USING (event_id)
+LEFT JOIN _host_attr ha USING (event_id)
+LEFT JOIN _host_attr la ON la.event_id = l.launch_id
+ORDER BY e.event_id;
+
+DROP TABLE _events_raw;

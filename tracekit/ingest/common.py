@@ -1,0 +1,156 @@
+"""Shared by the ingestors: a column buffer that streams events into DuckDB in Arrow batches."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+EVENT_KINDS = (
+    "range", "gpu_range", "cpu_op", "python", "runtime", "kernel",
+    "memcpy", "memset", "sync", "osrt", "mark", "other",
+)  # fmt: skip
+GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_range")
+
+_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("event_id", pa.int64()),
+    ("kind", pa.string()),
+    ("name", pa.string()),
+    ("start_ns", pa.int64()),
+    ("end_ns", pa.int64()),
+    ("pid", pa.int64()),
+    ("tid", pa.int64()),
+    ("device", pa.int32()),
+    ("stream", pa.int64()),
+    ("correlation", pa.int64()),
+    ("external_id", pa.int64()),
+    ("args", pa.string()),
+]
+
+
+@dataclass
+class IngestStats:
+    """What one ingest read, wrote and could not place."""
+
+    events: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)  # read, not placed anywhere
+    elsewhere: Counter[str] = field(default_factory=Counter)  # placed in another table
+
+    @property
+    def skipped_count(self) -> int:
+        return sum(self.skipped.values())
+
+
+class EventWriter:
+    """Buffers events column-wise and appends them to `events` every `batch_rows` rows.
+
+    Memory stays bounded by one batch whatever the size of the trace. `args` is an
+    already-encoded JSON string (or None) so the hot path never builds nested Arrow types.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, trace_id: int, batch_rows: int = 200_000):
+        self.con = con
+        self.trace_id = trace_id
+        self.batch_rows = batch_rows
+        self.next_id = 1
+        self.stats = IngestStats()
+        self._cols: dict[str, list[Any]] = {name: [] for name, _ in _COLUMNS}
+
+    def add(
+        self,
+        kind: str,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        pid: int | None = None,
+        tid: int | None = None,
+        device: int | None = None,
+        stream: int | None = None,
+        correlation: int | None = None,
+        external_id: int | None = None,
+        args: str | None = None,
+    ) -> int:
+        event_id = self.next_id
+        self.next_id += 1
+        c = self._cols
+        c["event_id"].append(event_id)
+        c["kind"].append(kind)
+        c["name"].append(name)
+        c["start_ns"].append(start_ns)
+        c["end_ns"].append(end_ns)
+        c["pid"].append(pid)
+        c["tid"].append(tid)
+        c["device"].append(device)
+        c["stream"].append(stream)
+        c["correlation"].append(correlation)
+        c["external_id"].append(external_id)
+        c["args"].append(args)
+        if len(c["event_id"]) >= self.batch_rows:
+            self.flush()
+        return event_id
+
+    def add_columns(self, columns: dict[str, list[Any]]) -> None:
+        """Append a whole batch at once (columns keyed like _COLUMNS, event_id assigned here)."""
+        self.flush()
+        n = len(columns["kind"])
+        if n == 0:
+            return
+        columns = dict(columns)
+        columns["event_id"] = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        self._write(columns, n)
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.stats.skipped[reason] += count
+
+    def flush(self) -> None:
+        n = len(self._cols["event_id"])
+        if n:
+            self._write(self._cols, n)
+            self._cols = {name: [] for name, _ in _COLUMNS}
+
+    def _write(self, cols: dict[str, list[Any]], n: int) -> None:
+        batch = pa.table({name: pa.array(cols[name], type=t) for name, t in _COLUMNS})
+        self.con.register("_tk_batch", batch)
+        self.con.execute(
+            """
+            INSERT INTO events (trace_id, event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid,
+                                device, stream, correlation, external_id, args)
+            SELECT $trace_id, event_id, kind, name, start_ns, end_ns, end_ns - start_ns, pid, tid,
+                   device, stream, correlation, external_id, args::JSON
+            FROM _tk_batch
+            """,
+            {"trace_id": self.trace_id},
+        )
+        self.con.unregister("_tk_batch")
+        self.stats.events += n
+
+
+def add_thread(
+    con: duckdb.DuckDBPyConnection,
+    trace_id: int,
+    rows: list[tuple[int | None, int | None, str | None, str | None]],
+) -> None:
+    """Insert (pid, tid, process_name, thread_name) rows into `threads`."""
+    if rows:
+        con.executemany(
+            "INSERT INTO threads VALUES (?, ?, ?, ?, ?)", [(trace_id, *r) for r in rows]
+        )
+
+
+@dataclass
+class TraceInfo:
+    """What an ingestor learned about the trace as a whole; becomes the `traces` row."""
+
+    format: str
+    tool_version: str | None = None
+    host: str | None = None
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    rank: int | None = None
+    clock_offset_ns: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    stats: IngestStats = field(default_factory=IngestStats)
+    warnings: list[str] = field(default_factory=list)

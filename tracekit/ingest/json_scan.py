@@ -1,0 +1,272 @@
+"""Streams the elements of a Chrome trace's `traceEvents` array in chunks, without a full parse.
+
+The scanner finds structure (strings, brackets) with numpy over each block of bytes, so the
+Python interpreter never walks the file byte by byte; each chunk of complete events is then
+handed to orjson in one call. Memory is bounded by the block size, not the file size.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import orjson
+
+from tracekit.errors import TraceFormatError
+
+BLOCK_BYTES = 16 * 1024 * 1024
+_QUOTE, _BSLASH = ord('"'), ord("\\")
+_OPEN = (ord("{"), ord("["))
+_CLOSE = (ord("}"), ord("]"))
+
+
+@dataclass
+class ScanResult:
+    """The top-level document with `traceEvents` left out (metadata, deviceProperties ...)."""
+
+    top: dict[str, Any] = field(default_factory=dict)
+
+
+def open_trace_bytes(path: Path) -> IO[bytes]:
+    """Open plain or gzipped JSON for reading bytes (the format is told by the magic bytes)."""
+    f = open(path, "rb")
+    if f.read(2) == b"\x1f\x8b":
+        f.seek(0)
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    f.seek(0)
+    return f
+
+
+def _read(f: IO[bytes], path: Path, n: int) -> bytes:
+    try:
+        return f.read(n)
+    except EOFError:
+        raise TraceFormatError(f"{path}: truncated gzip (the compressed stream ends early)") from None
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise TraceFormatError(f"{path}: corrupt gzip ({e})") from None
+
+
+class _Structure:
+    """Incremental string/bracket state across blocks."""
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.escape_pending = False  # block ended on an odd run of backslashes inside a string
+        self.depth = 0
+
+    def scan(self, block: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return (positions, byte values, depth after each) of brackets outside strings."""
+        a = np.frombuffer(block, dtype=np.uint8)
+        quotes = np.flatnonzero(a == _QUOTE)
+        if len(quotes):
+            # A quote is escaped when preceded by an odd run of backslashes (rare: loop is fine).
+            maybe = quotes[(quotes > 0) & (a[np.maximum(quotes - 1, 0)] == _BSLASH)]
+            escaped = []
+            for q in maybe.tolist():
+                run, i = 0, q - 1
+                while i >= 0 and block[i] == _BSLASH:
+                    run += 1
+                    i -= 1
+                if i < 0 and self.escape_pending:
+                    run += 1
+                if run % 2 == 1:
+                    escaped.append(q)
+            if self.escape_pending and quotes[0] == 0:
+                escaped.append(0)
+            if escaped:
+                quotes = np.setdiff1d(quotes, np.array(escaped, dtype=quotes.dtype))
+        brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
+        # Parity of real quotes before each bracket says whether it sits inside a string.
+        before = np.searchsorted(quotes, brackets)
+        inside = (before + int(self.in_string)) % 2 == 1
+        brackets = brackets[~inside]
+        values = a[brackets]
+        delta = np.where((values == 123) | (values == 91), 1, -1).astype(np.int64)
+        depth = np.cumsum(delta) + self.depth
+        # carry state
+        self.in_string = (len(quotes) + int(self.in_string)) % 2 == 1
+        if len(depth):
+            self.depth = int(depth[-1])
+        tail_bs = len(block) - len(block.rstrip(b"\\"))
+        if tail_bs == len(block):
+            tail_bs += int(self.escape_pending)
+        self.escape_pending = self.in_string and tail_bs % 2 == 1
+        return brackets, values, depth
+
+
+def _loads(chunk: bytes) -> list[Any]:
+    try:
+        return orjson.loads(chunk)  # type: ignore[no-any-return]
+    except orjson.JSONDecodeError:
+        # NaN/Infinity are not JSON but Python writers emit them; the stdlib accepts them.
+        import json
+
+        return json.loads(chunk)  # type: ignore[no-any-return]
+
+
+def iter_event_chunks(
+    path: Path, result: ScanResult, block_bytes: int = BLOCK_BYTES
+) -> Iterator[list[Any]]:
+    """Yield lists of trace events; fill `result.top` with the rest of the document at the end.
+
+    Accepts the JSON Object Format ({"traceEvents": [...], ...}) and the JSON Array Format
+    ([...]). Raises TraceFormatError for anything else, and for truncated input.
+    """
+    with open_trace_bytes(path) as f:
+        yield from _iter(f, path, result, block_bytes)
+
+
+def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int) -> Iterator[list[Any]]:
+    st = _Structure()
+    prefix = bytearray()  # document bytes before the events array
+    pending = b""  # bytes of the array not yet handed out
+    events_depth = -1  # depth inside the events array
+    array_start = -1
+    suffix = bytearray()
+    offset = 0  # file offset of the current block
+    state = "head"
+    n_events = 0
+    first = True
+    while True:
+        block = _read(f, path, block_bytes)
+        if first:
+            first = False
+            stripped = block.lstrip()
+            if stripped.startswith(b"\xef\xbb\xbf"):
+                stripped = stripped[3:]
+            if not stripped:
+                raise TraceFormatError(f"{path}: empty file, not a trace")
+            if stripped[:1] not in (b"{", b"["):
+                raise TraceFormatError(f"{path}: not JSON (expected a Chrome/Kineto trace)")
+        if not block:
+            break
+        positions, values, depths = st.scan(block)
+        cut = 0  # start in `block` of bytes not yet consumed
+        if state == "head":
+            array_start, events_depth, root = _find_events_array(block, positions, values, depths, prefix, path)
+            if array_start < 0:
+                prefix += block
+                if len(prefix) > 64 * 1024 * 1024:
+                    raise TraceFormatError(f"{path}: no traceEvents array in the first 64 MiB")
+                offset += len(block)
+                continue
+            prefix += block[: array_start + 1]
+            cut = array_start + 1
+            state = "events"
+            mask = positions > array_start
+            positions, values, depths = positions[mask], values[mask], depths[mask]
+        if state == "events":
+            # Element ends: a '}' or ']' closing back to events_depth; array end: depth below it.
+            ends = np.flatnonzero(depths == events_depth)
+            close = np.flatnonzero(depths == events_depth - 1)
+            array_end = int(positions[close[0]]) if len(close) else -1
+            if array_end >= 0:
+                ends = ends[positions[ends] < array_end]
+            last_end = int(positions[ends[-1]]) + 1 if len(ends) else -1
+            if array_end >= 0:
+                body = pending + block[cut:array_end]
+                pending = b""
+                if body.strip(b" \t\r\n,"):
+                    events = _parse_events(body, path)
+                    n_events += len(events)
+                    yield events
+                suffix += block[array_end:]
+                state = "tail"
+            elif last_end > cut:
+                body = pending + block[cut:last_end]
+                pending = block[last_end:]
+                events = _parse_events(body, path)
+                n_events += len(events)
+                if events:
+                    yield events
+            else:
+                pending += block[cut:]
+                if len(pending) > 1024 * 1024 * 1024:
+                    raise TraceFormatError(f"{path}: a single trace event is larger than 1 GiB")
+        elif state == "tail":
+            suffix += block
+            if len(suffix) > 256 * 1024 * 1024:
+                raise TraceFormatError(f"{path}: more than 256 MiB of data after traceEvents")
+        offset += len(block)
+    if state == "head":
+        if prefix.strip():
+            try:
+                doc = orjson.loads(bytes(prefix))
+            except orjson.JSONDecodeError as e:
+                raise TraceFormatError(f"{path}: invalid JSON ({e})") from None
+            if isinstance(doc, dict) and "traceEvents" in doc:
+                raise TraceFormatError(f"{path}: traceEvents is not a list")
+            raise TraceFormatError(f"{path}: JSON without a traceEvents list (not a Chrome/Kineto trace)")
+        raise TraceFormatError(f"{path}: empty file, not a trace")
+    if state == "events":
+        raise TraceFormatError(
+            f"{path}: truncated JSON (the file ends inside traceEvents after {n_events} events)"
+        )
+    if st.depth != 0 or st.in_string:
+        raise TraceFormatError(f"{path}: truncated JSON (the file ends before the document closes)")
+    doc_bytes = bytes(prefix) + bytes(suffix)
+    try:
+        top = orjson.loads(doc_bytes)
+    except orjson.JSONDecodeError as e:
+        raise TraceFormatError(f"{path}: invalid JSON after traceEvents ({e})") from None
+    if isinstance(top, dict):
+        top.pop("traceEvents", None)
+        result.top = top
+    else:
+        result.top = {}
+
+
+def _find_events_array(
+    block: bytes,
+    positions: np.ndarray,
+    values: np.ndarray,
+    depths: np.ndarray,
+    prefix: bytearray,
+    path: Path,
+) -> tuple[int, int, str]:
+    """Locate the '[' of traceEvents (or of the root array). Returns (-1, -1, '') if not yet."""
+    if len(positions) == 0:
+        return -1, -1, ""
+    if not prefix:
+        first_pos = int(positions[0])
+        if values[0] == 91 and not block[:first_pos].strip():
+            return first_pos, 1, "array"
+    # JSON Object Format: '"traceEvents"' then ':' then '[' at depth 1 -> 2.
+    search_from = 0
+    data = bytes(prefix[-64:]) + block if prefix else block
+    shift = len(data) - len(block)
+    while True:
+        k = data.find(b'"traceEvents"', search_from)
+        if k < 0:
+            return -1, -1, ""
+        j = k + len(b'"traceEvents"')
+        rest = data[j:j + 64].lstrip()
+        if rest.startswith(b":") and rest[1:].lstrip().startswith(b"["):
+            bracket = data.index(b"[", j) - shift
+            if bracket < 0:
+                search_from = j
+                continue
+            idx = np.searchsorted(positions, bracket)
+            if idx < len(positions) and int(positions[idx]) == bracket and int(depths[idx]) == 2:
+                return bracket, 2, "object"
+        elif rest.startswith(b":"):
+            raise TraceFormatError(f"{path}: traceEvents is not a list")
+        search_from = j
+
+
+def _parse_events(body: bytes, path: Path) -> list[Any]:
+    body = body.strip(b" \t\r\n")
+    if body.startswith(b","):
+        body = body[1:]
+    if not body.strip():
+        return []
+    try:
+        events = _loads(b"[" + body + b"]")
+    except ValueError as e:
+        raise TraceFormatError(f"{path}: invalid JSON inside traceEvents ({e})") from None
+    return events

@@ -1,0 +1,285 @@
+"""Chrome/Kineto JSON (torch.profiler export_chrome_trace, tensorboard_trace_handler) → store."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from tracekit.ingest.common import EventWriter, TraceInfo, add_thread
+from tracekit.ingest.json_scan import ScanResult, iter_event_chunks
+
+# Category → kind. Old (2021) Kineto used Operator/Runtime/Kernel/Memcpy/Memset.
+CATEGORY_KINDS = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "range",
+    "gpu_user_annotation": "gpu_range",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "runtime": "runtime",
+    "driver": "runtime",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "python_function": "python",
+    "python": "python",
+    "cuda_sync": "sync",
+    "cpu_instant_event": "mark",
+    "mtia_runtime": "runtime",
+}
+GPU_SIDE = {"kernel", "memcpy", "memset", "gpu_range"}
+# A sync event on a stream is GPU-side; host-side cuda_sync has a numeric host tid.
+_FLOW_PHASES = {"s", "t", "f"}
+_NS_PER_US = 1000.0
+
+
+class _Threads:
+    """Maps Kineto pid/tid (ints, or strings like 'stream 7' in old traces) to integers."""
+
+    def __init__(self) -> None:
+        self.string_ids: dict[str, int] = {}
+
+    def to_int(self, value: Any) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and math.isfinite(value):
+            return int(value)
+        text = str(value)
+        digits = text.rsplit(" ", 1)[-1]
+        if digits.lstrip("-").isdigit():
+            return int(digits)
+        # Non-numeric labels ('Spans', 'PyTorch Profiler') get stable negative ids.
+        return -self.string_ids.setdefault(text, len(self.string_ids) + 1)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    return None
+
+
+def _int_arg(args: dict[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        v = args.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if isinstance(v, float) and math.isfinite(v):
+            return int(v)
+    return None
+
+
+def ingest(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceInfo:
+    """Stream every event of a Chrome/Kineto trace into `events` and `threads`."""
+    writer = EventWriter(con, trace_id)
+    threads = _Threads()
+    names: dict[tuple[int | None, int | None], list[str | None]] = {}
+    begin_stacks: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    scan = ScanResult()
+    stats = writer.stats
+    cols: dict[str, list[Any]] = {k: [] for k in _COLS}
+    for chunk in iter_event_chunks(path, scan):
+        for ev in chunk:
+            if not isinstance(ev, dict):
+                writer.skip("not an object")
+                continue
+            ph = ev.get("ph")
+            if ph == "X":
+                _add_complete(ev, cols, threads, writer)
+            elif ph in _FLOW_PHASES:
+                stats.elsewhere["flow (links kept as correlation ids)"] += 1
+            elif ph == "M":
+                _add_metadata(ev, names, threads, stats)
+            elif ph in ("i", "I", "R"):
+                _add_instant(ev, cols, threads, writer)
+            elif ph in ("B", "E"):
+                _pair_begin_end(ev, begin_stacks, cols, threads, writer)
+            elif ph == "C":
+                writer.skip("counter event")
+            else:
+                writer.skip(f"unsupported phase {ph!r}" if isinstance(ph, str) else "no phase")
+        writer.add_columns(cols)
+        cols = {k: [] for k in _COLS}
+    for stack in begin_stacks.values():
+        writer.skip("begin without end", len(stack))
+    writer.flush()
+    add_thread(
+        con,
+        trace_id,
+        [(pid, tid, v[0], v[1]) for (pid, tid), v in sorted(names.items(), key=_sort_key)],
+    )
+    return _trace_info(scan.top, writer)
+
+
+_COLS = ("kind", "name", "start_ns", "end_ns", "pid", "tid", "device", "stream",
+         "correlation", "external_id", "args")  # fmt: skip
+
+
+def _times(ev: dict[str, Any], writer: EventWriter, need_dur: bool) -> tuple[int, int] | None:
+    ts = _number(ev.get("ts"))
+    if ts is None:
+        raw = ev.get("ts")
+        numeric = isinstance(raw, (int, float)) and not isinstance(raw, bool)
+        writer.skip("non-finite ts" if numeric else "missing or non-numeric ts")
+        return None
+    if ts < 0:
+        writer.skip("negative ts")
+        return None
+    dur = 0.0
+    if need_dur:
+        d = _number(ev.get("dur"))
+        if d is None:
+            writer.skip("missing or non-numeric dur")
+            return None
+        if d < 0:
+            writer.skip("negative dur")
+            return None
+        dur = d
+    start = round(ts * _NS_PER_US)
+    return start, start + round(dur * _NS_PER_US)
+
+
+def _append(cols: dict[str, list[Any]], kind: str, name: str, start: int, end: int,
+            pid: int | None, tid: int | None, device: int | None, stream: int | None,
+            correlation: int | None, external_id: int | None, args: dict[str, Any] | None) -> None:  # fmt: skip
+    cols["kind"].append(kind)
+    cols["name"].append(name)
+    cols["start_ns"].append(start)
+    cols["end_ns"].append(end)
+    cols["pid"].append(pid)
+    cols["tid"].append(tid)
+    cols["device"].append(device)
+    cols["stream"].append(stream)
+    cols["correlation"].append(correlation)
+    cols["external_id"].append(external_id)
+    cols["args"].append(orjson.dumps(args).decode() if args else None)
+
+
+def _add_complete(ev: dict[str, Any], cols: dict[str, list[Any]], threads: _Threads,
+                  writer: EventWriter) -> None:  # fmt: skip
+    cat = ev.get("cat")
+    cat_l = cat.lower() if isinstance(cat, str) else ""
+    if cat_l == "trace":
+        writer.stats.elsewhere["profiler span (traces row)"] += 1
+        return
+    times = _times(ev, writer, need_dur=True)
+    if times is None:
+        return
+    kind = CATEGORY_KINDS.get(cat_l, "other")
+    args = ev.get("args")
+    if not isinstance(args, dict):
+        args = {}
+    name = ev.get("name")
+    if not isinstance(name, str):
+        name = "" if name is None else str(name)
+    pid = threads.to_int(ev.get("pid"))
+    tid = threads.to_int(ev.get("tid"))
+    correlation = _int_arg(args, "correlation")
+    external_id = _int_arg(args, "External id", "external id")
+    extra = dict(args)
+    if cat_l and kind == "other":
+        extra["cat"] = cat
+    device = stream = None
+    if kind in GPU_SIDE or (kind == "sync" and "stream" in args):
+        device = _int_arg(args, "device")
+        if device is None:
+            device = pid
+        stream = _int_arg(args, "stream")
+        if stream is None:
+            stream = tid
+        pid, tid = None, None  # GPU rows carry device/stream; the host side comes via launch_id
+    _append(cols, kind, name, times[0], times[1], pid, tid, device, stream, correlation,
+            external_id, extra)  # fmt: skip
+
+
+def _add_instant(ev: dict[str, Any], cols: dict[str, list[Any]], threads: _Threads,
+                 writer: EventWriter) -> None:  # fmt: skip
+    times = _times(ev, writer, need_dur=False)
+    if times is None:
+        return
+    name = ev.get("name")
+    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+    extra = dict(args or {})
+    if ev.get("cat"):
+        extra["cat"] = ev.get("cat")
+    pid = threads.to_int(ev.get("pid"))
+    tid = threads.to_int(ev.get("tid"))
+    _append(cols, "mark", name if isinstance(name, str) else str(name), times[0], times[0],
+            pid, tid, None, None, None, None, extra)  # fmt: skip
+
+
+def _pair_begin_end(ev: dict[str, Any], stacks: dict[tuple[Any, Any], list[dict[str, Any]]],
+                    cols: dict[str, list[Any]], threads: _Threads, writer: EventWriter) -> None:  # fmt: skip
+    key = (ev.get("pid"), ev.get("tid"))
+    if ev.get("ph") == "B":
+        stacks.setdefault(key, []).append(ev)
+        return
+    stack = stacks.get(key)
+    if not stack:
+        writer.skip("end without begin")
+        return
+    begin = stack.pop()
+    t0 = _times(begin, writer, need_dur=False)
+    t1 = _times(ev, writer, need_dur=False)
+    if t0 is None or t1 is None:
+        return
+    merged = {**begin, "ph": "X", "dur": (t1[0] - t0[0]) / _NS_PER_US}
+    if isinstance(ev.get("args"), dict):
+        merged["args"] = {**(begin.get("args") or {}), **ev["args"]}
+    _add_complete(merged, cols, threads, writer)
+
+
+def _add_metadata(ev: dict[str, Any], names: dict[tuple[int | None, int | None], list[str | None]],
+                  threads: _Threads, stats: Any) -> None:  # fmt: skip
+    kind = ev.get("name")
+    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+    label = args.get("name") if isinstance(args, dict) else None
+    pid = threads.to_int(ev.get("pid"))
+    if kind == "process_name":
+        names.setdefault((pid, None), [None, None])[0] = str(label)
+    elif kind == "thread_name":
+        tid = threads.to_int(ev.get("tid"))
+        names.setdefault((pid, tid), [None, None])[1] = str(label)
+    stats.elsewhere["metadata (threads table)"] += 1
+
+
+def _sort_key(item: tuple[tuple[int | None, int | None], list[str | None]]) -> tuple[int, int]:
+    (pid, tid), _ = item
+    return (pid if pid is not None else -(2**62), tid if tid is not None else -(2**62))
+
+
+def _trace_info(top: dict[str, Any], writer: EventWriter) -> TraceInfo:
+    devices = top.get("deviceProperties")
+    dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
+    rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+    base = top.get("baseTimeNanoseconds")
+    try:
+        clock_offset = int(base) if base is not None else None
+    except (TypeError, ValueError):
+        clock_offset = None
+    schema = top.get("schemaVersion")
+    version = f"kineto schema {schema}" if schema is not None else "chrome trace"
+    meta = {k: v for k, v in top.items() if k not in ("deviceProperties",)}
+    # Never keep environment variables: they carry tokens and keys.
+    if isinstance(meta.get("metadata"), dict):
+        meta["metadata"] = {k: v for k, v in meta["metadata"].items() if k not in ("env", "environ")}
+    return TraceInfo(
+        format="kineto",
+        tool_version=version,
+        devices=devices if isinstance(devices, list) else [],
+        rank=rank,
+        clock_offset_ns=clock_offset,
+        metadata=meta,
+        stats=writer.stats,
+    )

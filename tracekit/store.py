@@ -1,0 +1,220 @@
+"""The DuckDB store: one cached store per trace, built atomically, reused while unchanged.
+
+A trace file `t.json.gz` is cached as `t.json.gz.tracekit.duckdb` beside it, or under the user
+cache directory when that folder is not writable. The cache is keyed on the source's size and
+mtime, the schema version and the stage rules; it is written to a temporary name and renamed,
+under a file lock, so a crash or a concurrent ingest never leaves a half-written store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+
+import duckdb
+
+from tracekit import __version__
+from tracekit.derive import derive
+from tracekit.errors import StoreError, TracekitError, TraceFormatError
+from tracekit.ingest import detect_format
+from tracekit.ingest.common import IngestStats, TraceInfo
+from tracekit.stages import StageRule, rules_digest
+
+SCHEMA_VERSION = "1"
+CACHE_SUFFIX = ".tracekit.duckdb"
+TABLES = ("traces", "threads", "events", "stages", "requests", "attributes")
+DUCKDB_MAGIC_OFFSET = 8
+
+
+@dataclass
+class IngestResult:
+    """What building one trace's store did (for `tracekit ingest` to print)."""
+
+    source: Path
+    store: Path
+    reused: bool
+    format: str = ""
+    events: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_duckdb_file(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False
+    return head[DUCKDB_MAGIC_OFFSET:DUCKDB_MAGIC_OFFSET + 4] == b"DUCK"
+
+
+def cache_path_for(source: Path) -> Path:
+    """Where the cache of `source` lives: beside it when writable, else the user cache dir."""
+    source = source.resolve()
+    beside = source.with_name(source.name + CACHE_SUFFIX)
+    if os.access(source.parent, os.W_OK) and (not beside.exists() or os.access(beside, os.W_OK)):
+        return beside
+    base = Path(os.environ.get("TRACEKIT_CACHE_DIR")
+                or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tracekit")  # fmt: skip
+    digest = hashlib.sha256(str(source).encode()).hexdigest()[:16]
+    return base / f"{digest}-{source.name}{CACHE_SUFFIX}"
+
+
+def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
+    st = source.stat()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tracekit_version": __version__,
+        "source_size": str(st.st_size),
+        "source_mtime_ns": str(st.st_mtime_ns),
+        "stage_rules": rules_digest(rules),
+    }
+
+
+def _cache_is_fresh(cache: Path, key: dict[str, str]) -> bool:
+    if not cache.is_file():
+        return False
+    try:
+        con = duckdb.connect(str(cache), read_only=True)
+    except duckdb.Error:
+        return False
+    try:
+        rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
+    return all(rows.get(k) == v for k, v in key.items())
+
+
+@contextlib.contextmanager
+def _lock(cache: Path) -> Iterator[None]:
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = cache.with_name(cache.name + ".lock")
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(files("tracekit").joinpath("schema.sql").read_text())
+
+
+def _run_ingestor(con: duckdb.DuckDBPyConnection, source: Path, fmt: str) -> TraceInfo:
+    if fmt == "kineto":
+        from tracekit.ingest import kineto
+
+        return kineto.ingest(con, source, 1)
+    if fmt in ("nsys", "nsys-rep"):
+        from tracekit.ingest import nsys
+
+        if fmt == "nsys-rep":
+            source = nsys.export_nsys_rep(source)
+        return nsys.ingest(con, source, 1)
+    raise TraceFormatError(f"{source}: unsupported format {fmt}")
+
+
+def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> IngestResult:
+    """Ingest one trace into a new store at `out` (temp file + rename)."""
+    fmt = detect_format(source)
+    key = _source_key(source, rules)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    tmp.unlink()  # DuckDB wants to create the file itself
+    con = duckdb.connect(str(tmp))
+    try:
+        con.execute("SET preserve_insertion_order = false")
+        create_schema(con)
+        info = _run_ingestor(con, source, fmt)
+        derive(con, rules)
+        _write_trace_row(con, source, info)
+        con.executemany("INSERT INTO meta VALUES (?, ?)", sorted(key.items()))
+        con.execute("CHECKPOINT")
+        con.close()
+        os.replace(tmp, out)
+    except BaseException:
+        con.close()
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            Path(str(tmp) + ".wal").unlink()
+        raise
+    return IngestResult(
+        source=source, store=out, reused=False, format=info.format,
+        events=info.stats.events, skipped=dict(info.stats.skipped), warnings=info.warnings,
+    )  # fmt: skip
+
+
+def _write_trace_row(con: duckdb.DuckDBPyConnection, source: Path, info: TraceInfo) -> None:
+    stats: IngestStats = info.stats
+    con.execute(
+        """
+        INSERT INTO traces
+        SELECT 1, $path, $format, $tool_version, $host, min(start_ns), max(end_ns) - min(start_ns),
+               $devices::JSON, $sha, $now, $rank, $clock, $metadata::JSON, count(*),
+               $skipped_count, $skipped::JSON
+        FROM events
+        """,
+        {
+            "path": str(source.resolve()),
+            "format": info.format,
+            "tool_version": info.tool_version,
+            "host": info.host,
+            "devices": json.dumps(info.devices, default=str),
+            "sha": _sha256(source),
+            "now": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+            "rank": info.rank,
+            "clock": info.clock_offset_ns,
+            "metadata": json.dumps(info.metadata, default=str),
+            "skipped_count": stats.skipped_count,
+            "skipped": json.dumps(dict(stats.skipped)),
+        },
+    )
+
+
+def ensure_trace_store(
+    source: Path, rules: list[StageRule], refresh: bool = False, out: Path | None = None
+) -> IngestResult:
+    """Return the cached store of `source`, building it if missing or stale."""
+    if not source.exists():
+        raise TraceFormatError(f"{source}: no such file")
+    if source.is_dir():
+        raise TraceFormatError(f"{source}: is a directory, not a trace file")
+    if not os.access(source, os.R_OK):
+        raise TraceFormatError(f"{source}: permission denied")
+    cache = out or cache_path_for(source)
+    key = _source_key(source, rules)
+    if not refresh and _cache_is_fresh(cache, key):
+        return IngestResult(source=source, store=cache, reused=True)
+    with _lock(cache):
+        # Another process may have built it while we waited for the lock.
+        if not refresh and _cache_is_fresh(cache, key):
+            return IngestResult(source=source, store=cache, reused=True)
+        try:
+            return build_trace_store(source, cache, rules)
+        except TracekitError:
+            raise
+        except duckdb.Error as e:
+            raise StoreError(f"{source}: could not build the store ({e})") from None

@@ -1,0 +1,203 @@
+"""`tracekit.open(...)`: one object over one or more traces, queried with SQL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from tracekit.errors import QueryError, StoreError, TraceFormatError
+from tracekit.ingest import detect_format
+from tracekit.stages import StageRule, load_config_rules
+from tracekit.store import (
+    CACHE_SUFFIX, TABLES, IngestResult, create_schema, ensure_trace_store, is_duckdb_file,
+)  # fmt: skip
+
+TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".nsys-rep")
+
+
+def find_traces(directory: Path) -> list[Path]:
+    """Trace files in a folder (a capture run dir or a folder of per-rank traces), sorted."""
+    found = []
+    for p in sorted(directory.iterdir()):
+        if not p.is_file() or p.name.endswith((CACHE_SUFFIX, ".lock", ".tmp")):
+            continue
+        if p.name == "capture.json" or not p.name.endswith(TRACE_SUFFIXES):
+            continue
+        if p.suffix == ".nsys-rep" and p.with_suffix(".sqlite").exists():
+            continue
+        try:
+            detect_format(p)
+        except TraceFormatError:
+            continue
+        found.append(p)
+    if not found:
+        raise TraceFormatError(f"{directory}: no trace files in this folder")
+    return found
+
+
+def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
+    """Split inputs into (trace files, existing stores). Folders expand to their traces."""
+    traces: list[Path] = []
+    stores: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise TraceFormatError(f"{p}: no such file or directory")
+        if p.is_dir():
+            traces.extend(find_traces(p))
+        elif is_duckdb_file(p):
+            stores.append(p)
+        else:
+            traces.append(p)
+    return traces, stores
+
+
+class TraceSet:
+    """One or more ingested traces behind one DuckDB connection.
+
+    `.con` is the DuckDB connection (tables: traces, threads, events, stages, requests,
+    attributes); `.sql(q)` returns a polars DataFrame; `.query(name, **params)` runs a named
+    query from queries/.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, sources: list[Path],
+                 ingests: list[IngestResult]) -> None:  # fmt: skip
+        self.con = con
+        self.sources = sources
+        self.ingests = ingests
+
+    def sql(self, query: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
+        """Run SQL and return a polars DataFrame."""
+        try:
+            rel = self.con.execute(query, params or {})
+        except duckdb.Error as e:
+            raise QueryError(_first_line(e)) from None
+        if rel.description is None:
+            return pl.DataFrame()
+        return rel.pl()
+
+    def query(self, name: str, **params: Any) -> pl.DataFrame:
+        """Run the named query `queries/<name>.sql` with bound parameters."""
+        from tracekit.sql import load_query
+
+        q = load_query(name)
+        return self.sql(q.text, q.bind(params))
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> TraceSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _rules_for(trace: Path, rules: Sequence[StageRule] | None) -> list[StageRule]:
+    if rules is not None:
+        return list(rules)
+    # A tracekit.toml beside the trace, else in the working directory.
+    return load_config_rules(trace.resolve().parent) or load_config_rules(Path.cwd())
+
+
+def open_traces(
+    paths: str | Path | Sequence[str | Path],
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+    read_only: bool = True,
+) -> TraceSet:
+    """Open traces, run folders or stores for querying; traces are ingested (cached) first."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    traces, stores = resolve_inputs(paths)
+    ingests = [ensure_trace_store(t, _rules_for(t, stage_rules), refresh) for t in traces]
+    store_files = [r.store for r in ingests] + stores
+    if len(store_files) == 1:
+        try:
+            con = duckdb.connect(str(store_files[0]), read_only=read_only)
+        except duckdb.Error as e:
+            raise StoreError(f"{store_files[0]}: cannot open store ({_first_line(e)})") from None
+        _check_store(con, store_files[0])
+        return TraceSet(con, traces or stores, ingests)
+    con = duckdb.connect(":memory:")
+    _attach_union(con, store_files)
+    return TraceSet(con, traces + stores, ingests)
+
+
+def _check_store(con: duckdb.DuckDBPyConnection, path: Path, schema: str = "main") -> None:
+    names = {r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database()"
+        if schema == "main" else
+        f"SELECT table_name FROM information_schema.tables WHERE table_catalog = '{schema}'"
+    ).fetchall()}  # fmt: skip
+    missing = [t for t in TABLES if t not in names]
+    if missing:
+        raise StoreError(f"{path}: not a tracekit store (missing tables: {', '.join(missing)})")
+
+
+def _attach_union(con: duckdb.DuckDBPyConnection, store_files: list[Path]) -> None:
+    """Expose several stores as one: views renumber trace_id 1..N in input order."""
+    parts: dict[str, list[str]] = {t: [] for t in TABLES}
+    next_id = 1
+    for i, store in enumerate(store_files):
+        alias = f"s{i}"
+        try:
+            con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
+        except duckdb.Error as e:
+            raise StoreError(f"{store}: cannot open store ({_first_line(e)})") from None
+        _check_store(con, store, alias)
+        ids = [r[0] for r in con.execute(f"SELECT trace_id FROM {alias}.traces ORDER BY 1").fetchall()]
+        mapping = " ".join(f"WHEN {old} THEN {next_id + k}" for k, old in enumerate(ids))
+        expr = f"(CASE trace_id {mapping} END)::INTEGER" if ids else "trace_id"
+        next_id += len(ids)
+        for t in TABLES:
+            parts[t].append(f"SELECT * REPLACE ({expr} AS trace_id) FROM {alias}.{t}")
+    for t in TABLES:
+        con.execute(f"CREATE TEMP VIEW {t} AS " + " UNION ALL ".join(parts[t]))
+
+
+def _quote(path: Path) -> str:
+    return str(path.resolve()).replace("'", "''")
+
+
+def write_store(
+    paths: Sequence[str | Path], out: Path, stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+) -> tuple[Path, list[IngestResult]]:  # fmt: skip
+    """Ingest traces and write one store holding all of them (one trace_id each) at `out`."""
+    traces, stores = resolve_inputs(paths)
+    ingests = [ensure_trace_store(t, _rules_for(t, stage_rules), refresh) for t in traces]
+    store_files = [r.store for r in ingests] + stores
+    if len(store_files) == 1 and not stores and out.resolve() == store_files[0].resolve():
+        return out, ingests
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    tmp.unlink()
+    try:
+        con = duckdb.connect(str(tmp))
+        create_schema(con)
+        _attach_union(con, store_files)
+        for t in TABLES:
+            con.execute(f"INSERT INTO main.{t} SELECT * FROM temp.main.{t}")
+        con.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('kind', 'combined')")
+        con.close()
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return out, ingests
