@@ -1,0 +1,51 @@
+"""`tracekit ingest TRACE... [-o store.duckdb]`"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit.commands.options import parse_stage_rules, refresh_option, stage_option
+from tracekit.errors import TracekitError
+from tracekit.traceset import write_store
+
+
+@click.command("ingest")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Write one store holding every trace here (default: a cache beside each trace).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Overwrite an existing --output store.")
+@stage_option
+@refresh_option
+def command(traces: tuple[Path, ...], output: Path | None, force: bool,
+            stage_rules: tuple[str, ...], refresh: bool) -> None:  # fmt: skip
+    """Load nsys SQLite exports, .nsys-rep files, Kineto/Chrome JSON traces or folders of them
+    into DuckDB stores. Prints what each trace held and what could not be placed."""
+    from tracekit.store import ensure_trace_store
+    from tracekit.traceset import _rules_for, resolve_inputs
+
+    rules = parse_stage_rules(stage_rules)
+    if output is not None:
+        if output.exists() and not force:
+            raise TracekitError(f"{output}: exists; pass --force to overwrite it")
+        out, results = write_store(traces, output, rules, refresh)
+    else:
+        files, stores = resolve_inputs(traces)
+        if stores:
+            raise TracekitError(f"{stores[0]}: is already a store; nothing to ingest")
+        results = [ensure_trace_store(f, _rules_for(f, rules), refresh) for f in files]
+        out = None
+    for r in results:
+        if r.reused:
+            click.echo(f"{r.source}: cached, unchanged ({r.store})")
+            continue
+        skipped = sum(r.skipped.values())
+        line = f"{r.source}: {r.events} events, {skipped} skipped"
+        if skipped:
+            line += ": " + ", ".join(f"{n} {why}" for why, n in sorted(r.skipped.items()))
+        click.echo(f"{line} -> {r.store}")
+        for w in r.warnings:
+            click.echo(f"warning: {r.source}: {w}", err=True)
+    if out is not None:
+        click.echo(f"Wrote {out}")

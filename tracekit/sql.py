@@ -1,0 +1,167 @@
+"""Named queries: `queries/<name>.sql` files with a metadata header, validated when loaded.
+
+Header lines (before the first SQL line):
+    -- name: stage_summary
+    -- returns: one row per stage: stage, count, total_ms, ...
+    -- param: $trace_id INTEGER trace to summarize (default 1)
+    -- Free text lines describe the question.
+Parameters are DuckDB `$name` placeholders, always bound, never formatted into the text.
+A `-- default: $name VALUE` line gives a parameter's default.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+from tracekit.errors import QueryError
+
+_PARAM_USE = re.compile(r"(?<![\w$:])\$([A-Za-z_]\w*)")
+_TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": bool}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+    description: str
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    """A parsed queries/<name>.sql file."""
+
+    name: str
+    returns: str
+    description: str
+    params: tuple[Param, ...]
+    text: str
+    source: str = field(default="", compare=False)
+
+    def bind(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Check and convert parameter values (strings from the CLI are converted)."""
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise QueryError(
+                f"query {self.name}: unknown parameter {unknown[0]!r} "
+                f"(known: {', '.join(known) or 'none'})"
+            )
+        bound: dict[str, Any] = {}
+        for p in self.params:
+            raw = values.get(p.name, p.default)
+            if raw is None:
+                raise QueryError(f"query {self.name}: missing parameter {p.name} ({p.description})")
+            bound[p.name] = _convert(self.name, p, raw)
+        return bound
+
+
+def _convert(query: str, p: Param, raw: Any) -> Any:
+    kind = _TYPES.get(p.type.upper(), str)
+    if not isinstance(raw, str) or kind is str:
+        return raw
+    try:
+        if kind is bool:
+            if raw.lower() in ("1", "true", "yes"):
+                return True
+            if raw.lower() in ("0", "false", "no"):
+                return False
+            raise ValueError(raw)
+        return kind(raw)
+    except ValueError:
+        raise QueryError(f"query {query}: parameter {p.name} must be {p.type}, got {raw!r}") from None
+
+
+def parse_query(text: str, source: str) -> NamedQuery:
+    """Parse and validate one query file's text."""
+    meta: dict[str, str] = {}
+    params: list[Param] = []
+    defaults: dict[str, str] = {}
+    description: list[str] = []
+    body_start = None
+    lines = text.splitlines()
+    for lineno, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("--"):
+            body_start = lineno
+            break
+        content = stripped[2:].strip()
+        key, sep, value = content.partition(":")
+        key = key.strip().lower()
+        if sep and key in ("name", "returns"):
+            meta[key] = value.strip()
+        elif sep and key == "param":
+            m = re.match(r"\$([A-Za-z_]\w*)\s+(\w+)\s*(.*)", value.strip())
+            if not m:
+                raise QueryError(f"{source}:{lineno}: malformed param line (want: $name TYPE text)")
+            params.append(Param(m.group(1), m.group(2).upper(), m.group(3).strip()))
+        elif sep and key == "default":
+            m = re.match(r"\$([A-Za-z_]\w*)\s+(.+)", value.strip())
+            if not m:
+                raise QueryError(f"{source}:{lineno}: malformed default line (want: $name VALUE)")
+            defaults[m.group(1)] = m.group(2).strip()
+        else:
+            description.append(content)
+    for required in ("name", "returns"):
+        if required not in meta:
+            raise QueryError(f"{source}:1: header lacks '-- {required}:'")
+    if body_start is None:
+        raise QueryError(f"{source}: no SQL after the header")
+    body = "\n".join(lines[body_start - 1:])
+    code = _strip_comments_and_strings(body)
+    used = set(_PARAM_USE.findall(code))
+    declared = {p.name for p in params}
+    for name in sorted(used - declared):
+        raise QueryError(f"{source}:{_line_of(lines, '$' + name)}: ${name} used but not declared")
+    for name in sorted(declared - used):
+        raise QueryError(f"{source}:{_line_of(lines, '$' + name)}: ${name} declared but not used")
+    for name in sorted(set(defaults) - declared):
+        raise QueryError(f"{source}:{_line_of(lines, '$' + name)}: default for undeclared ${name}")
+    if "order by" not in code.lower():
+        raise QueryError(f"{source}: every query needs an ORDER BY (deterministic output)")
+    params = [Param(p.name, p.type, p.description, defaults.get(p.name)) for p in params]
+    return NamedQuery(meta["name"], meta["returns"], " ".join(description), tuple(params),
+                      body, source)  # fmt: skip
+
+
+def _line_of(lines: list[str], needle: str) -> int:
+    for i, line in enumerate(lines, 1):
+        if needle in line:
+            return i
+    return 1
+
+
+def _strip_comments_and_strings(sql: str) -> str:
+    sql = re.sub(r"'(?:[^']|'')*'", "''", sql)
+    return re.sub(r"--[^\n]*", "", sql)
+
+
+@cache
+def all_queries() -> dict[str, NamedQuery]:
+    """Every query shipped in tracekit.queries, by name (validated; duplicates are errors)."""
+    out: dict[str, NamedQuery] = {}
+    folder = files("tracekit.queries")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        q = parse_query(entry.read_text(), f"queries/{entry.name}")
+        if q.name != entry.name[:-4]:
+            raise QueryError(f"queries/{entry.name}:1: name {q.name!r} differs from the file name")
+        if q.name in out:
+            raise QueryError(f"queries/{entry.name}:1: duplicate query name {q.name!r}")
+        out[q.name] = q
+    return out
+
+
+def load_query(name: str) -> NamedQuery:
+    """The named query, or a QueryError listing what exists."""
+    queries = all_queries()
+    if name not in queries:
+        raise QueryError(f"unknown query {name!r}; `tracekit query --list` shows them")
+    return queries[name]
