@@ -97,10 +97,9 @@ def _cache_is_fresh(cache: Path, key: dict[str, str]) -> bool:
 
 
 @contextlib.contextmanager
-def _lock(cache: Path) -> Iterator[None]:
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = cache.with_name(cache.name + ".lock")
-    with open(lock_path, "a") as fh:
+def _lock(source: Path) -> Iterator[None]:
+    # An advisory lock on the (read-only opened) source itself: no lock file to leave behind.
+    with open(source, "rb") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -208,7 +207,8 @@ def ensure_trace_store(
     key = _source_key(source, rules)
     if not refresh and _cache_is_fresh(cache, key):
         return IngestResult(source=source, store=cache, reused=True)
-    with _lock(cache):
+    detect_format(source)  # fail on a non-trace before touching anything
+    with _lock(source):
         # Another process may have built it while we waited for the lock.
         if not refresh and _cache_is_fresh(cache, key):
             return IngestResult(source=source, store=cache, reused=True)

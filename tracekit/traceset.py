@@ -147,7 +147,9 @@ def _check_store(con: duckdb.DuckDBPyConnection, path: Path, schema: str = "main
         raise StoreError(f"{path}: not a tracekit store (missing tables: {', '.join(missing)})")
 
 
-def _attach_union(con: duckdb.DuckDBPyConnection, store_files: list[Path]) -> None:
+def _attach_union(
+    con: duckdb.DuckDBPyConnection, store_files: list[Path], view_prefix: str = ""
+) -> None:
     """Expose several stores as one: views renumber trace_id 1..N in input order."""
     parts: dict[str, list[str]] = {t: [] for t in TABLES}
     next_id = 1
@@ -165,7 +167,7 @@ def _attach_union(con: duckdb.DuckDBPyConnection, store_files: list[Path]) -> No
         for t in TABLES:
             parts[t].append(f"SELECT * REPLACE ({expr} AS trace_id) FROM {alias}.{t}")
     for t in TABLES:
-        con.execute(f"CREATE TEMP VIEW {t} AS " + " UNION ALL ".join(parts[t]))
+        con.execute(f"CREATE TEMP VIEW {view_prefix}{t} AS " + " UNION ALL ".join(parts[t]))
 
 
 def _quote(path: Path) -> str:
@@ -190,9 +192,9 @@ def write_store(
     try:
         con = duckdb.connect(str(tmp))
         create_schema(con)
-        _attach_union(con, store_files)
+        _attach_union(con, store_files, view_prefix="_all_")
         for t in TABLES:
-            con.execute(f"INSERT INTO main.{t} SELECT * FROM temp.main.{t}")
+            con.execute(f"INSERT INTO {t} SELECT * FROM _all_{t}")
         con.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('kind', 'combined')")
         con.close()
         os.replace(tmp, out)

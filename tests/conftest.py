@@ -1,0 +1,42 @@
+"""Shared fixtures: the real traces of ../shared/traces, copied into tmp dirs before use."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+SAMPLE_TRACES = REPO / "sample_traces"
+
+
+def shared_traces(pattern: str) -> list[Path]:
+    if not SHARED_TRACES.is_dir():
+        return []
+    return sorted(SHARED_TRACES.glob(pattern))
+
+
+def shared_params(pattern: str) -> list[object]:
+    """Parametrize over shared traces; one skipped case when the folder is absent."""
+    found = shared_traces(pattern)
+    if not found:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{SHARED_TRACES} is absent"))]
+    return [pytest.param(p, id=p.name) for p in found]
+
+
+@pytest.fixture
+def copy_trace(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Copy a (read-only) trace into tmp_path so caches and tools write there."""
+
+    def _copy(src: Path) -> Path:
+        dst = tmp_path / src.name
+        shutil.copyfile(src, dst)
+        return dst
+
+    return _copy
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="Rewrite golden files.")

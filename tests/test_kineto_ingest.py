@@ -1,0 +1,149 @@
+"""Kineto ingest against an independent json-module pass over the same files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import tracekit
+from tests.conftest import shared_params
+from tests.kineto_oracle import complete_event_stats
+
+
+@pytest.mark.parametrize("trace", shared_params("kineto_*.json.gz"))
+def test_counts_and_kernel_time_match_json_oracle(trace: Path, copy_trace) -> None:
+    path = copy_trace(trace)
+    before = (path.read_bytes(), os.stat(path).st_mtime_ns)
+    kinds, kcount, kns = complete_event_stats(path)
+    with tracekit.open(path) as t:
+        got_kinds = dict(
+            t.sql("SELECT kind, count(*) AS n FROM events WHERE kind <> 'mark' GROUP BY 1").iter_rows()
+        )
+        rows = t.sql(
+            "SELECT name, count(*) AS n, sum(dur_ns)::BIGINT AS ns FROM events "
+            "WHERE kind = 'kernel' GROUP BY 1"
+        ).iter_rows()
+        got = {name: (n, ns) for name, n, ns in rows}
+    assert got_kinds == dict(kinds)
+    assert set(got) == set(kcount)
+    for name, n in kcount.items():
+        assert got[name][0] == n
+        # Rounding to integer ns: at most 1 ns per event.
+        assert abs(got[name][1] - kns[name]) <= n, name
+    assert (path.read_bytes(), os.stat(path).st_mtime_ns) == before
+
+
+def test_second_open_reuses_cache(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+               "ts": 10.0 + i, "dur": 0.5} for i in range(10)]  # fmt: skip
+    trace.write_text(json.dumps({"traceEvents": events}))
+    with tracekit.open(trace) as t:
+        assert t.ingests[0].reused is False
+    cache = t.ingests[0].store
+    mtime = cache.stat().st_mtime_ns
+    with tracekit.open(trace) as t:
+        assert t.ingests[0].reused is True
+        assert t.sql("SELECT count(*) AS n FROM events")["n"][0] == 10
+    assert cache.stat().st_mtime_ns == mtime
+    # Touching the source invalidates the cache.
+    trace.write_text(json.dumps({"traceEvents": events[:5]}))
+    with tracekit.open(trace) as t:
+        assert t.ingests[0].reused is False
+        assert t.sql("SELECT count(*) AS n FROM events")["n"][0] == 5
+
+
+def _write(path: Path, events: list[dict], **top: object) -> Path:
+    path.write_text(json.dumps({"traceEvents": events, **top}))
+    return path
+
+
+def test_nesting_self_time_and_stages(tmp_path: Path) -> None:
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "tracekit:request", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "tracekit:preprocess", "pid": 1, "tid": 1,
+         "ts": 1, "dur": 30},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::pad", "pid": 1, "tid": 1, "ts": 2, "dur": 10},
+        {"ph": "X", "cat": "user_annotation", "name": "tracekit:inference", "pid": 1, "tid": 1,
+         "ts": 40, "dur": 50},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 41,
+         "dur": 20},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 42,
+         "dur": 15},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 43, "dur": 5, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 50, "dur": 8,
+         "args": {"correlation": 7, "device": 0, "stream": 7, "External id": 3}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+    ]  # fmt: skip
+    path = _write(tmp_path / "nest.json", ev, deviceProperties=[{"id": 0, "name": "GPU-X"}])
+    with tracekit.open(path) as t:
+        rows = {r["name"]: r for r in t.sql("SELECT * FROM events").to_dicts()}
+        stages = t.sql("SELECT stage, request_id, dur_ns FROM stages ORDER BY start_ns").rows()
+        threads = t.sql("SELECT pid, tid, thread_name FROM threads").rows()
+        devices = t.sql("SELECT devices FROM traces").item()
+    assert rows["aten::linear"]["depth"] == 2
+    assert rows["aten::addmm"]["parent_id"] == rows["aten::linear"]["event_id"]
+    assert rows["aten::linear"]["self_ns"] == 5_000
+    assert rows["aten::addmm"]["self_ns"] == 10_000
+    assert rows["aten::pad"]["stage"] == "preprocess"
+    assert rows["gemm"]["launch_id"] == rows["cudaLaunchKernel"]["event_id"]
+    assert rows["gemm"]["stage"] == "inference" and rows["gemm"]["request_id"] == 1
+    assert rows["gemm"]["device"] == 0 and rows["gemm"]["stream"] == 7
+    assert stages == [("preprocess", 1, 30_000), ("inference", 1, 50_000)]
+    assert threads == [(1, 1, "main")]
+    assert json.loads(devices)[0]["name"] == "GPU-X"
+
+
+def test_stage_rules_and_stage_sequence_requests(tmp_path: Path) -> None:
+    ev = []
+    for i in range(3):
+        base = i * 100
+        ev += [
+            {"ph": "X", "cat": "cpu_op", "name": "tokenize", "pid": 1, "tid": 1, "ts": base,
+             "dur": 10},
+            {"ph": "X", "cat": "cpu_op", "name": "forward", "pid": 1, "tid": 1, "ts": base + 20,
+             "dur": 50},
+            {"ph": "X", "cat": "cpu_op", "name": "forward", "pid": 1, "tid": 1, "ts": base + 30,
+             "dur": 10},
+        ]  # fmt: skip
+    path = _write(tmp_path / "rules.json", ev)
+    rules = [tracekit.parse_rule("preprocess=^tokenize$"), tracekit.parse_rule("inference=forward")]
+    with tracekit.open(path, stage_rules=rules) as t:
+        stages = t.sql("SELECT request_id, stage, dur_ns FROM stages ORDER BY start_ns").rows()
+        reqs = t.sql("SELECT request_id, source, dur_ns FROM requests ORDER BY 1").rows()
+    # The nested 'forward' is not a second inference stage: outermost match only.
+    assert stages == [(r, s, d) for r in (1, 2, 3)
+                      for s, d in (("preprocess", 10_000), ("inference", 50_000))]  # fmt: skip
+    assert reqs == [(r, "stage-sequence", 70_000) for r in (1, 2, 3)]
+
+
+def test_gzip_and_array_format_and_begin_end(tmp_path: Path) -> None:
+    ev = [
+        {"ph": "B", "name": "outer", "cat": "user_annotation", "pid": 1, "tid": 2, "ts": 5},
+        {"ph": "E", "pid": 1, "tid": 2, "ts": 25},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 2, "ts": 6, "dur": 1},
+    ]  # fmt: skip
+    path = tmp_path / "arr.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(ev).encode()))
+    with tracekit.open(path) as t:
+        rows = t.sql("SELECT kind, name, dur_ns, depth FROM events ORDER BY start_ns").rows()
+    assert rows == [("range", "outer", 20_000, 0), ("cpu_op", "aten::add", 1_000, 1)]
+
+
+def test_skipped_events_are_counted(tmp_path: Path) -> None:
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "no-ts", "pid": 1, "tid": 1, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 1, "ts": 1, "dur": -1},
+        {"ph": "X", "cat": "cpu_op", "name": "str", "pid": 1, "tid": 1, "ts": "x", "dur": 1},
+    ]  # fmt: skip
+    path = _write(tmp_path / "bad.json", ev)
+    with tracekit.open(path) as t:
+        n, skipped = t.sql("SELECT event_count, skipped_count FROM traces").row(0)
+    assert (n, skipped) == (1, 3)

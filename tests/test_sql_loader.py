@@ -1,0 +1,49 @@
+"""Named-query files: header validation, and every shipped query loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracekit.errors import QueryError
+from tracekit.sql import all_queries, parse_query
+
+GOOD = """-- name: q
+-- returns: n
+-- param: $trace_id INTEGER which trace
+-- default: $trace_id 1
+-- Counts events.
+SELECT count(*) AS n FROM events WHERE trace_id = $trace_id ORDER BY 1
+"""
+
+
+def test_parse_good_and_bind() -> None:
+    q = parse_query(GOOD, "q.sql")
+    assert q.name == "q" and q.params[0].default == "1"
+    assert q.bind({}) == {"trace_id": 1}
+    assert q.bind({"trace_id": "3"}) == {"trace_id": 3}
+    with pytest.raises(QueryError, match="must be INTEGER"):
+        q.bind({"trace_id": "1; DROP TABLE events"})
+    with pytest.raises(QueryError, match="unknown parameter"):
+        q.bind({"nope": 1})
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (GOOD.replace("-- name: q\n", ""), "lacks '-- name:'"),
+        (GOOD.replace("-- param: $trace_id INTEGER which trace\n", "").replace(
+            "-- default: $trace_id 1\n", ""), "used but not declared"),
+        (GOOD.replace("= $trace_id", "= 1"), "declared but not used"),
+        (GOOD.replace(" ORDER BY 1", ""), "ORDER BY"),
+    ],
+)
+def test_parse_errors_name_file_and_line(text: str, message: str) -> None:
+    with pytest.raises(QueryError, match=message) as e:
+        parse_query(text, "queries/q.sql")
+    assert str(e.value).startswith("queries/q.sql")
+
+
+def test_all_shipped_queries_load() -> None:
+    queries = all_queries()
+    for name, q in queries.items():
+        assert q.name == name and q.returns
