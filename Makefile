@@ -1,0 +1,27 @@
+# The README's two commands: `make demo` (set up, capture the example, report it) and `make test`.
+PYTHON ?= python3
+PIP_CONSTRAINTS ?= .ci/constraints.txt
+RUN_DIR ?= runs/demo
+
+.PHONY: setup demo test samples bench lint
+
+setup:
+	$(PYTHON) -m pip install -q -c $(PIP_CONSTRAINTS) -e '.[examples,dev]'
+
+demo: setup
+	tracekit capture -o $(RUN_DIR) --force -- $(PYTHON) examples/infer.py --requests 16
+	tracekit report $(RUN_DIR) -o $(RUN_DIR)/report.html --force
+	@echo "Open $(RUN_DIR)/report.html"
+
+test:
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests
+
+samples:
+	$(PYTHON) examples/make_samples.py
+
+bench:
+	$(PYTHON) bench/bench_ingest.py
+
+lint:
+	ruff check tracekit tests bench examples
+	ruff format --check tracekit tests bench examples
