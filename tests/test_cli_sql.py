@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tracekit.cli import main
 from tests.conftest import SAMPLE_TRACES, shared_traces
+from tracekit.cli import main
 
 TOP5 = ("SELECT name, count(*) AS calls, round(sum(self_ns) / 1e6, 3) AS self_ms FROM events "
         "WHERE kind = 'cpu_op' GROUP BY name ORDER BY self_ms DESC, name LIMIT 5")  # fmt: skip
@@ -26,7 +26,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _sample_kineto(tmp_path: Path) -> Path:
     found = sorted(SAMPLE_TRACES.glob("**/*.pt.trace.json*")) + sorted(
-        SAMPLE_TRACES.glob("**/*torch*.json*"))
+        SAMPLE_TRACES.glob("**/*torch*.json*")
+    )
     if found:
         dst = tmp_path / found[0].name
         dst.write_bytes(found[0].read_bytes())
@@ -53,12 +54,57 @@ def test_top5_aten_ops_by_self_time_table(tmp_path: Path) -> None:
 
     doc = load(trace)
     ops = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
-    host = [e for e in doc["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("tid"), int)
-            and e.get("cat") in ("cpu_op", "user_annotation", "python_function", "cuda_runtime",
-                                  "cuda_driver")]  # fmt: skip
+    host = [
+        e
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
+        and e.get("cat") in HOST_CATS
+        and isinstance(e.get("ts"), (int, float))
+    ]
+    self_ms = _python_self_time_ms(host)
     assert ops
     first = lines[2].split()
     assert int(first[1]) == sum(1 for e in ops if e["name"] == first[0])
+    assert abs(float(first[2]) - round(self_ms[first[0]], 3)) <= 0.002
+
+
+HOST_CATS = (
+    "cpu_op",
+    "user_annotation",
+    "python_function",
+    "cuda_runtime",
+    "cuda_driver",
+    "Operator",
+    "Runtime",
+)
+
+
+def _python_self_time_ms(host: list[dict]) -> dict[str, float]:
+    """Self time per cpu_op name with a plain stack over each thread's events (the oracle)."""
+    from collections import defaultdict
+
+    by_thread: dict[tuple, list[dict]] = defaultdict(list)
+    for e in host:
+        by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    out: dict[str, float] = defaultdict(float)
+    for events in by_thread.values():
+        events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack: list[list] = []  # [event, child_us]
+
+        def close(item: list) -> None:
+            ev, child = item
+            if ev.get("cat") in ("cpu_op", "Operator"):
+                out[ev["name"]] += (ev["dur"] - child) / 1000.0
+
+        for e in events:
+            while stack and stack[-1][0]["ts"] + stack[-1][0]["dur"] <= e["ts"]:
+                close(stack.pop())
+            if stack:
+                stack[-1][1] += e["dur"]
+            stack.append([e, 0.0])
+        while stack:
+            close(stack.pop())
+    return out
 
 
 def test_csv_and_json_pipe_cleanly(tmp_path: Path) -> None:

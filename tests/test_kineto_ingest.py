@@ -21,7 +21,9 @@ def test_counts_and_kernel_time_match_json_oracle(trace: Path, copy_trace) -> No
     kinds, kcount, kns = complete_event_stats(path)
     with tracekit.open(path) as t:
         got_kinds = dict(
-            t.sql("SELECT kind, count(*) AS n FROM events WHERE kind <> 'mark' GROUP BY 1").iter_rows()
+            t.sql(
+                "SELECT kind, count(*) AS n FROM events WHERE kind <> 'mark' GROUP BY 1"
+            ).iter_rows()
         )
         rows = t.sql(
             "SELECT name, count(*) AS n, sum(dur_ns)::BIGINT AS ns FROM events "

@@ -31,8 +31,12 @@ def test_parse_good_and_bind() -> None:
     "text, message",
     [
         (GOOD.replace("-- name: q\n", ""), "lacks '-- name:'"),
-        (GOOD.replace("-- param: $trace_id INTEGER which trace\n", "").replace(
-            "-- default: $trace_id 1\n", ""), "used but not declared"),
+        (
+            GOOD.replace("-- param: $trace_id INTEGER which trace\n", "").replace(
+                "-- default: $trace_id 1\n", ""
+            ),
+            "used but not declared",
+        ),
         (GOOD.replace("= $trace_id", "= 1"), "declared but not used"),
         (GOOD.replace(" ORDER BY 1", ""), "ORDER BY"),
     ],

@@ -11,9 +11,17 @@ from tracekit.errors import TracekitError
 
 # One module per subcommand under tracekit/commands/, each exposing `command`.
 COMMANDS = (
-    "ingest", "sql", "query", "report", "capture", "doctor",
-    "diff", "check", "export", "scrub",
-)  # fmt: skip
+    "ingest",
+    "sql",
+    "query",
+    "report",
+    "capture",
+    "doctor",
+    "diff",
+    "check",
+    "export",
+    "scrub",
+)
 
 
 class TracekitGroup(click.Group):

@@ -30,6 +30,17 @@ def derive(con: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
         _events_ddl(),
     )
     con.execute(script)
-    for table in ("_host", "_starts", "_nest", "_children", "_launch", "_rule_hits",
-                  "_stage_ranges", "_req_ranges", "_stage_req", "_host_attr", "_stage_rules"):  # fmt: skip
+    for table in (
+        "_host",
+        "_starts",
+        "_nest",
+        "_children",
+        "_launch",
+        "_rule_hits",
+        "_stage_ranges",
+        "_req_ranges",
+        "_stage_req",
+        "_host_attr",
+        "_stage_rules",
+    ):
         con.execute(f"DROP TABLE IF EXISTS {table}")

@@ -73,7 +73,9 @@ def _convert(query: str, p: Param, raw: Any) -> Any:
             raise ValueError(raw)
         return kind(raw)
     except ValueError:
-        raise QueryError(f"query {query}: parameter {p.name} must be {p.type}, got {raw!r}") from None
+        raise QueryError(
+            f"query {query}: parameter {p.name} must be {p.type}, got {raw!r}"
+        ) from None
 
 
 def parse_query(text: str, source: str) -> NamedQuery:
@@ -113,7 +115,7 @@ def parse_query(text: str, source: str) -> NamedQuery:
             raise QueryError(f"{source}:1: header lacks '-- {required}:'")
     if body_start is None:
         raise QueryError(f"{source}: no SQL after the header")
-    body = "\n".join(lines[body_start - 1:])
+    body = "\n".join(lines[body_start - 1 :])
     code = _strip_comments_and_strings(body)
     used = set(_PARAM_USE.findall(code))
     declared = {p.name for p in params}

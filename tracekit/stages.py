@@ -54,7 +54,7 @@ def load_config_rules(directory: Path) -> list[StageRule]:
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
     stages = data.get("stages", {})
     if not isinstance(stages, dict):
-        raise ConfigError(f"{path}: [stages] must be a table of NAME = \"REGEX\"")
+        raise ConfigError(f'{path}: [stages] must be a table of NAME = "REGEX"')
     rules = []
     for name, pattern in stages.items():
         if not isinstance(pattern, str):

@@ -24,7 +24,7 @@ import duckdb
 
 from tracekit import __version__
 from tracekit.derive import derive
-from tracekit.errors import StoreError, TracekitError, TraceFormatError
+from tracekit.errors import StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import detect_format
 from tracekit.ingest.common import IngestStats, TraceInfo
 from tracekit.stages import StageRule, rules_digest
@@ -54,7 +54,7 @@ def is_duckdb_file(path: Path) -> bool:
             head = f.read(16)
     except OSError:
         return False
-    return head[DUCKDB_MAGIC_OFFSET:DUCKDB_MAGIC_OFFSET + 4] == b"DUCK"
+    return head[DUCKDB_MAGIC_OFFSET : DUCKDB_MAGIC_OFFSET + 4] == b"DUCK"
 
 
 def cache_path_for(source: Path) -> Path:
@@ -63,8 +63,10 @@ def cache_path_for(source: Path) -> Path:
     beside = source.with_name(source.name + CACHE_SUFFIX)
     if os.access(source.parent, os.W_OK) and (not beside.exists() or os.access(beside, os.W_OK)):
         return beside
-    base = Path(os.environ.get("TRACEKIT_CACHE_DIR")
-                or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tracekit")  # fmt: skip
+    base = Path(
+        os.environ.get("TRACEKIT_CACHE_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tracekit"
+    )
     digest = hashlib.sha256(str(source).encode()).hexdigest()[:16]
     return base / f"{digest}-{source.name}{CACHE_SUFFIX}"
 
@@ -161,9 +163,14 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
             Path(str(tmp) + ".wal").unlink()
         raise
     return IngestResult(
-        source=source, store=out, reused=False, format=info.format,
-        events=info.stats.events, skipped=dict(info.stats.skipped), warnings=info.warnings,
-    )  # fmt: skip
+        source=source,
+        store=out,
+        reused=False,
+        format=info.format,
+        events=info.stats.events,
+        skipped=dict(info.stats.skipped),
+        warnings=info.warnings,
+    )
 
 
 def _write_trace_row(con: duckdb.DuckDBPyConnection, source: Path, info: TraceInfo) -> None:

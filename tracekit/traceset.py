@@ -16,8 +16,13 @@ from tracekit.errors import QueryError, StoreError, TraceFormatError
 from tracekit.ingest import detect_format
 from tracekit.stages import StageRule, load_config_rules
 from tracekit.store import (
-    CACHE_SUFFIX, TABLES, IngestResult, create_schema, ensure_trace_store, is_duckdb_file,
-)  # fmt: skip
+    CACHE_SUFFIX,
+    TABLES,
+    IngestResult,
+    create_schema,
+    ensure_trace_store,
+    is_duckdb_file,
+)
 
 TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".nsys-rep")
 
@@ -67,8 +72,9 @@ class TraceSet:
     query from queries/.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, sources: list[Path],
-                 ingests: list[IngestResult]) -> None:  # fmt: skip
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, sources: list[Path], ingests: list[IngestResult]
+    ) -> None:
         self.con = con
         self.sources = sources
         self.ingests = ingests
@@ -136,12 +142,11 @@ def open_traces(
     return TraceSet(con, traces + stores, ingests)
 
 
-def _check_store(con: duckdb.DuckDBPyConnection, path: Path, schema: str = "main") -> None:
-    names = {r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database()"
-        if schema == "main" else
-        f"SELECT table_name FROM information_schema.tables WHERE table_catalog = '{schema}'"
-    ).fetchall()}  # fmt: skip
+def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None = None) -> None:
+    sql = "SELECT table_name FROM information_schema.tables WHERE table_catalog = "
+    sql += "current_database()" if catalog is None else "$catalog"
+    params = {} if catalog is None else {"catalog": catalog}
+    names = {r[0] for r in con.execute(sql, params).fetchall()}
     missing = [t for t in TABLES if t not in names]
     if missing:
         raise StoreError(f"{path}: not a tracekit store (missing tables: {', '.join(missing)})")
@@ -160,7 +165,9 @@ def _attach_union(
         except duckdb.Error as e:
             raise StoreError(f"{store}: cannot open store ({_first_line(e)})") from None
         _check_store(con, store, alias)
-        ids = [r[0] for r in con.execute(f"SELECT trace_id FROM {alias}.traces ORDER BY 1").fetchall()]
+        ids = [
+            r[0] for r in con.execute(f"SELECT trace_id FROM {alias}.traces ORDER BY 1").fetchall()
+        ]
         mapping = " ".join(f"WHEN {old} THEN {next_id + k}" for k, old in enumerate(ids))
         expr = f"(CASE trace_id {mapping} END)::INTEGER" if ids else "trace_id"
         next_id += len(ids)
@@ -175,9 +182,11 @@ def _quote(path: Path) -> str:
 
 
 def write_store(
-    paths: Sequence[str | Path], out: Path, stage_rules: Sequence[StageRule] | None = None,
+    paths: Sequence[str | Path],
+    out: Path,
+    stage_rules: Sequence[StageRule] | None = None,
     refresh: bool = False,
-) -> tuple[Path, list[IngestResult]]:  # fmt: skip
+) -> tuple[Path, list[IngestResult]]:
     """Ingest traces and write one store holding all of them (one trace_id each) at `out`."""
     traces, stores = resolve_inputs(paths)
     ingests = [ensure_trace_store(t, _rules_for(t, stage_rules), refresh) for t in traces]

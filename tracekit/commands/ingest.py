@@ -13,13 +13,23 @@ from tracekit.traceset import write_store
 
 @click.command("ingest")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="Write one store holding every trace here (default: a cache beside each trace).")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write one store holding every trace here (default: a cache beside each trace).",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing --output store.")
 @stage_option
 @refresh_option
-def command(traces: tuple[Path, ...], output: Path | None, force: bool,
-            stage_rules: tuple[str, ...], refresh: bool) -> None:  # fmt: skip
+def command(
+    traces: tuple[Path, ...],
+    output: Path | None,
+    force: bool,
+    stage_rules: tuple[str, ...],
+    refresh: bool,
+) -> None:
     """Load nsys SQLite exports, .nsys-rep files, Kineto/Chrome JSON traces or folders of them
     into DuckDB stores. Prints what each trace held and what could not be placed."""
     from tracekit.store import ensure_trace_store

@@ -14,10 +14,13 @@ from tracekit.stages import StageRule, parse_rule
 def stage_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """`--stage NAME=REGEX`, repeatable: stages for traces recorded without tracekit."""
     return click.option(
-        "--stage", "stage_rules", multiple=True, metavar="NAME=REGEX",
+        "--stage",
+        "stage_rules",
+        multiple=True,
+        metavar="NAME=REGEX",
         help="Treat ranges/ops whose name matches REGEX as stage NAME (repeatable; "
-             "also read from [stages] in tracekit.toml).",
-    )(f)  # fmt: skip
+        "also read from [stages] in tracekit.toml).",
+    )(f)
 
 
 def refresh_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -36,6 +39,10 @@ def parse_stage_rules(texts: tuple[str, ...]) -> list[StageRule] | None:
 
 def format_option(choices: tuple[str, ...], default: str) -> Callable[..., Any]:
     return click.option(
-        "--format", "fmt", type=click.Choice(choices), default=default, show_default=True,
+        "--format",
+        "fmt",
+        type=click.Choice(choices),
+        default=default,
+        show_default=True,
         help="Output format.",
-    )  # fmt: skip
+    )

@@ -15,16 +15,28 @@ from tracekit.output import FORMATS, write_result
 @click.command("query")
 @click.argument("name", required=False)
 @click.argument("source", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="A query parameter (repeatable); see --list.")  # fmt: skip
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A query parameter (repeatable); see --list.",
+)
 @click.option("--list", "list_queries", is_flag=True, help="List the named queries.")
 @click.option("--show", is_flag=True, help="Print the query's SQL instead of running it.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @stage_option
 @refresh_option
-def command(name: str | None, source: tuple[Path, ...], params: tuple[str, ...],
-            list_queries: bool, show: bool, fmt: str, stage_rules: tuple[str, ...],
-            refresh: bool) -> None:  # fmt: skip
+def command(
+    name: str | None,
+    source: tuple[Path, ...],
+    params: tuple[str, ...],
+    list_queries: bool,
+    show: bool,
+    fmt: str,
+    stage_rules: tuple[str, ...],
+    refresh: bool,
+) -> None:
     """Run a named query from the catalogue (docs/queries.md) over traces or stores."""
     from tracekit.sql import all_queries, load_query
 
@@ -51,7 +63,8 @@ def command(name: str | None, source: tuple[Path, ...], params: tuple[str, ...],
         values[key.strip()] = value
     import tracekit
 
-    with tracekit.open(list(source), stage_rules=parse_stage_rules(stage_rules),
-                       refresh=refresh) as traces:  # fmt: skip
+    with tracekit.open(
+        list(source), stage_rules=parse_stage_rules(stage_rules), refresh=refresh
+    ) as traces:
         df = traces.sql(q.text, q.bind(values))
     write_result(df, fmt, sys.stdout.buffer if fmt == "parquet" else sys.stdout)

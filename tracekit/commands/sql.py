@@ -14,21 +14,38 @@ from tracekit.output import FORMATS, write_result
 @click.command("sql")
 @click.argument("source", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-              help="table fits the terminal; csv has a header row; json is an array of rows.")  # fmt: skip
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="table fits the terminal; csv has a header row; json is an array of rows.",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here, not stdout.")
 @click.option("--write", is_flag=True, help="Open a store read-write (default: read-only).")
 @stage_option
 @refresh_option
-def command(source: tuple[Path, ...], query: str, fmt: str, output: Path | None, write: bool,
-            stage_rules: tuple[str, ...], refresh: bool) -> None:  # fmt: skip
+def command(
+    source: tuple[Path, ...],
+    query: str,
+    fmt: str,
+    output: Path | None,
+    write: bool,
+    stage_rules: tuple[str, ...],
+    refresh: bool,
+) -> None:
     """Run SQL over traces, run folders or stores. Tables: traces, threads, events, stages,
     requests, attributes (docs/schema.md)."""
     import tracekit
     from tracekit.atomic import atomic_output
 
-    with tracekit.open(list(source), stage_rules=parse_stage_rules(stage_rules),
-                       refresh=refresh, read_only=not write) as traces:  # fmt: skip
+    with tracekit.open(
+        list(source),
+        stage_rules=parse_stage_rules(stage_rules),
+        refresh=refresh,
+        read_only=not write,
+    ) as traces:
         df = traces.sql(query)
     if output is not None:
         with atomic_output(output, binary=fmt == "parquet") as fh:

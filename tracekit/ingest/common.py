@@ -10,9 +10,19 @@ import duckdb
 import pyarrow as pa
 
 EVENT_KINDS = (
-    "range", "gpu_range", "cpu_op", "python", "runtime", "kernel",
-    "memcpy", "memset", "sync", "osrt", "mark", "other",
-)  # fmt: skip
+    "range",
+    "gpu_range",
+    "cpu_op",
+    "python",
+    "runtime",
+    "kernel",
+    "memcpy",
+    "memset",
+    "sync",
+    "osrt",
+    "mark",
+    "other",
+)
 GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_range")
 
 _COLUMNS: list[tuple[str, pa.DataType]] = [
