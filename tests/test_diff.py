@@ -1,0 +1,220 @@
+"""tracekit diff: deltas equal independent computations (json-module pass, hand-written SQL)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import shutil
+from collections import defaultdict
+from html.parser import HTMLParser
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+import tracekit
+from tests.conftest import SHARED_TRACES
+from tracekit.cli import main
+from tracekit.compare.diff import diff_runs
+from tracekit.compare.render import render
+
+CONTROL = SHARED_TRACES / "kineto_trace_diff_control_hta.json.gz"
+TEST = SHARED_TRACES / "kineto_trace_diff_test_hta.json.gz"
+needs_shared = pytest.mark.skipif(not CONTROL.exists(), reason=f"{SHARED_TRACES} is absent")
+
+
+@pytest.fixture(scope="module")
+def hta_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("hta")
+    return shutil.copy(CONTROL, d / CONTROL.name), shutil.copy(TEST, d / TEST.name)
+
+
+def json_totals(path: Path, cat: str, with_shape: bool) -> dict[tuple[str, str], float]:
+    """Total ms per (name, shape) of complete events of `cat`, with Python's json module."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    totals: dict[tuple[str, str], float] = defaultdict(float)
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X" or str(e.get("cat", "")).lower() != cat:
+            continue
+        ts, dur = e.get("ts"), e.get("dur")
+        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
+            continue
+        dims = e.get("args", {}).get("Input Dims")
+        shape = json.dumps(dims, separators=(",", ":")) if with_shape and dims is not None else ""
+        totals[(e["name"], shape)] += round(dur * 1000) / 1e6
+    return totals
+
+
+@needs_shared
+def test_hta_op_and_kernel_deltas_match_json_pass(hta_pair: tuple[Path, Path]) -> None:
+    control, test = hta_pair
+    result = diff_runs([control], [test])
+    for items, cat, with_shape in ((result.ops, "cpu_op", True), (result.kernels, "kernel", False)):
+        before, after = json_totals(control, cat, with_shape), json_totals(test, cat, with_shape)
+        assert {(i.name, i.shape) for i in items} == before.keys() | after.keys()
+        for i in items:
+            b, a = before.get((i.name, i.shape)), after.get((i.name, i.shape))
+            assert i.delta_ms == pytest.approx((a or 0) - (b or 0), abs=1e-6)
+            want = ("appeared" if b is None else "vanished" if a is None
+                    else "unchanged" if math.isclose(a, b, abs_tol=1e-9)
+                    else "grew" if a > b else "shrank")  # fmt: skip
+            assert i.status == want, (i.name, i.shape)
+    statuses = {i.status for i in result.kernels}
+    assert {"grew", "shrank", "appeared", "vanished"} <= statuses
+
+
+@needs_shared
+def test_hta_end_to_end_and_gpu_busy_match_sql(hta_pair: tuple[Path, Path]) -> None:
+    control, test = hta_pair
+    result = diff_runs([control], [test])
+    e2e = next(s for s in result.stages if s.stage == "end_to_end")
+    for side, path in (("before", control), ("after", test)):
+        with tracekit.open(path) as t:
+            p50, p99, n = t.con.execute(
+                "SELECT quantile_cont(dur_ns, 0.5) / 1e6, quantile_cont(dur_ns, 0.99) / 1e6, "
+                "count(*) FROM requests WHERE source = 'ProfilerStep'"
+            ).fetchone()
+            # GPU busy, independently: merge intervals in Python.
+            rows = t.con.execute(
+                "SELECT start_ns, end_ns FROM events WHERE kind IN "
+                "('kernel', 'memcpy', 'memset') ORDER BY 1, 2"
+            ).fetchall()
+        busy, cur_s, cur_e = 0, None, None
+        for s, e in rows:
+            if cur_e is None or s > cur_e:
+                busy += (cur_e - cur_s) if cur_e is not None else 0
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        busy += cur_e - cur_s
+        assert n == 6
+        assert getattr(e2e.metric("p50_ms"), side) == pytest.approx(p50)
+        assert getattr(e2e.metric("p99_ms"), side) == pytest.approx(p99)
+        assert getattr(result.gpu[0], side) == pytest.approx(busy / 1e6)
+
+
+# --- the project's own example: stages differ for real ---------------------------------------
+
+
+def make_trace(path: Path, size: int, requests: int = 8) -> Path:
+    """A torch.profiler CPU trace with tracekit request/stage ranges and matmuls of `size`."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    x = torch.randn(size, size)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(requests):
+            with record_function("tracekit:request"):
+                with record_function("tracekit:preprocess"):
+                    y = x * 2 + 1
+                with record_function("tracekit:inference"):
+                    for _ in range(3):
+                        y = y @ x
+                with record_function("tracekit:postprocess"):
+                    y.argmax()
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def padding_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("padding")
+    return make_trace(d / "max.json", 256), make_trace(d / "bucket.json", 64)
+
+
+STAGE_SQL = """
+WITH per AS (
+    SELECT request_id, stage, sum(dur_ns) AS d FROM stages
+    WHERE request_id IS NOT NULL GROUP BY ALL
+    UNION ALL SELECT request_id, 'end_to_end', dur_ns FROM requests
+    UNION ALL SELECT r.request_id, 'unattributed',
+                     r.dur_ns - (SELECT coalesce(sum(s.dur_ns), 0) FROM stages s
+                                 WHERE s.request_id = r.request_id)
+    FROM requests r
+)
+SELECT stage, quantile_cont(d, 0.5) / 1e6, quantile_cont(d, 0.9) / 1e6,
+       quantile_cont(d, 0.99) / 1e6, avg(d) / 1e6
+FROM per GROUP BY stage ORDER BY stage
+"""
+
+
+def stage_figures(path: Path) -> dict[str, tuple[float, ...]]:
+    con = duckdb.connect(str(path) + ".tracekit.duckdb", read_only=True)
+    try:
+        return {r[0]: r[1:] for r in con.execute(STAGE_SQL).fetchall()}
+    finally:
+        con.close()
+
+
+def test_stage_deltas_match_independent_sql(padding_pair: tuple[Path, Path]) -> None:
+    before_path, after_path = padding_pair
+    result = diff_runs([before_path], [after_path])
+    before, after = stage_figures(before_path), stage_figures(after_path)
+    assert (
+        {s.stage for s in result.stages}
+        == set(before)
+        == {"end_to_end", "inference", "postprocess", "preprocess", "unattributed"}
+    )
+    for s in result.stages:
+        for k, m in enumerate(("p50_ms", "p90_ms", "p99_ms", "mean_ms")):
+            d = s.metric(m)
+            assert d.before == pytest.approx(before[s.stage][k], abs=1e-9)
+            assert d.after == pytest.approx(after[s.stage][k], abs=1e-9)
+            assert d.delta == pytest.approx(after[s.stage][k] - before[s.stage][k], abs=1e-9)
+    inference = next(s for s in result.stages if s.stage == "inference").metric("p50_ms")
+    assert inference.delta is not None and inference.delta < 0  # smaller matmuls are faster
+    assert result.throughput[0].after > result.throughput[0].before
+    mm = [i for i in result.ops if i.name == "aten::mm"]
+    assert {i.status for i in mm} == {"appeared", "vanished"}  # shapes differ: 256 vs 64
+
+
+def test_n_vs_n_runs_give_noise_estimate(tmp_path: Path) -> None:
+    for side, size in (("base", 192), ("cand", 48)):
+        for k in range(2):
+            (tmp_path / side / f"run{k}").mkdir(parents=True)
+            make_trace(tmp_path / side / f"run{k}" / "trace.json", size, requests=6)
+    result = diff_runs([tmp_path / "base"], [tmp_path / "cand"])
+    assert len(result.baseline.runs) == len(result.candidate.runs) == 2
+    assert result.baseline.requests == 12
+    p50 = next(s for s in result.stages if s.stage == "inference").metric("p50_ms")
+    assert p50.noise is not None and p50.noise.spread is not None
+    assert p50.noise.ci_low <= p50.delta <= p50.noise.ci_high  # type: ignore[operator]
+    again = diff_runs([tmp_path / "base"], [tmp_path / "cand"])
+    assert again.stages == result.stages  # fixed seed: reproducible
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_cli_diff_formats_and_no_overwrite(padding_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    before, after = padding_pair
+    runner = CliRunner()
+    out = tmp_path / "diff.html"
+    r = runner.invoke(main, ["diff", str(before), str(after), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.output == f"Wrote {out}\n"
+    parser = _Collect()
+    parser.feed(out.read_text())
+    csp = [a for t, a in parser.tags if t == "meta" and a.get("http-equiv")]
+    assert csp and "default-src 'none'" in (csp[0]["content"] or "")
+    assert not [a for t, a in parser.tags if t in ("script", "link", "img")]
+    r = runner.invoke(main, ["diff", str(before), str(after), "-o", str(out)])
+    assert r.exit_code == 2 and "--force" in r.output
+    assert runner.invoke(main, ["diff", str(before), str(after), "-o", str(out),
+                                "--force"]).exit_code == 0  # fmt: skip
+    r = runner.invoke(main, ["diff", str(before), str(after), "--format", "json"])
+    data = json.loads(r.output)
+    assert data["format"] == "tracekit-diff/1"
+    assert {s["stage"] for s in data["stages"]} >= {"inference", "end_to_end", "unattributed"}
+    r = runner.invoke(main, ["diff", str(before), str(after), "--format", "md"])
+    assert r.exit_code == 0 and "| inference | p50_ms |" in r.output
+    result = diff_runs([before], [after])
+    assert render(result, "table").startswith("baseline max.json")

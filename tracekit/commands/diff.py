@@ -1,0 +1,77 @@
+"""`tracekit diff BASELINE CANDIDATE [-o diff.html] [--format html|md|json|table]`"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tracekit.commands.options import parse_stage_rules, refresh_option, stage_option
+from tracekit.errors import TracekitError
+
+_SUFFIX_FORMAT = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
+
+
+@click.command("diff")
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option(
+    "--baseline-run",
+    "baseline_runs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Another baseline run (repeatable): N vs N with a noise estimate.",
+)
+@click.option(
+    "--candidate-run",
+    "candidate_runs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Another candidate run (repeatable).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write here (default: stdout; html: <candidate>.diff.html beside it).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("table", "md", "json", "html")),
+    default=None,
+    help="Output format (default: from -o's suffix, else table).",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@stage_option
+@refresh_option
+def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
+            candidate_runs: tuple[Path, ...], output: Path | None, fmt: str | None,
+            force: bool, stage_rules: tuple[str, ...], refresh: bool) -> None:  # fmt: skip
+    """Compare a baseline with a candidate: stage latency (p50/p90/p99/mean), throughput,
+    GPU busy, and ops/kernels that grew, shrank, appeared or vanished.
+
+    BASELINE and CANDIDATE are each a trace, a run folder, or a folder of run folders; with
+    several runs per side the change is weighed against a bootstrap and the run-to-run
+    spread (docs/diff-check.md)."""
+    from tracekit.atomic import atomic_output
+    from tracekit.compare.diff import diff_runs
+    from tracekit.compare.render import render
+
+    if fmt is None:
+        fmt = _SUFFIX_FORMAT.get(output.suffix.lower(), "table") if output else "table"
+    if output is None and fmt == "html":
+        output = candidate.parent / f"{candidate.name.split('.')[0]}.diff.html"
+    if output is not None and output.exists() and not force:
+        raise TracekitError(f"{output}: exists; pass --force to overwrite it")
+    result = diff_runs([baseline, *baseline_runs], [candidate, *candidate_runs],
+                       stage_rules=parse_stage_rules(stage_rules), refresh=refresh)  # fmt: skip
+    text = render(result, fmt)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    with atomic_output(output) as fh:
+        fh.write(text)
+    click.echo(f"Wrote {output}")
