@@ -59,7 +59,7 @@ def test_hta_op_and_kernel_deltas_match_json_pass(hta_pair: tuple[Path, Path]) -
             assert i.delta_ms == pytest.approx((a or 0) - (b or 0), abs=1e-6)
             want = ("appeared" if b is None else "vanished" if a is None
                     else "unchanged" if math.isclose(a, b, abs_tol=1e-9)
-                    else "grew" if a > b else "shrank")  # fmt: skip
+                    else "grew" if a > b else "shrank")
             assert i.status == want, (i.name, i.shape)
     statuses = {i.status for i in result.kernels}
     assert {"grew", "shrank", "appeared", "vanished"} <= statuses
@@ -209,7 +209,7 @@ def test_cli_diff_formats_and_no_overwrite(padding_pair: tuple[Path, Path], tmp_
     r = runner.invoke(main, ["diff", str(before), str(after), "-o", str(out)])
     assert r.exit_code == 2 and "--force" in r.output
     assert runner.invoke(main, ["diff", str(before), str(after), "-o", str(out),
-                                "--force"]).exit_code == 0  # fmt: skip
+                                "--force"]).exit_code == 0
     r = runner.invoke(main, ["diff", str(before), str(after), "--format", "json"])
     data = json.loads(r.output)
     assert data["format"] == "tracekit-diff/1"

@@ -42,7 +42,7 @@ def test_counts_and_kernel_time_match_json_oracle(trace: Path, copy_trace) -> No
 def test_second_open_reuses_cache(tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-               "ts": 10.0 + i, "dur": 0.5} for i in range(10)]  # fmt: skip
+               "ts": 10.0 + i, "dur": 0.5} for i in range(10)]
     trace.write_text(json.dumps({"traceEvents": events}))
     with tracekit.open(trace) as t:
         assert t.ingests[0].reused is False
@@ -82,7 +82,7 @@ def test_nesting_self_time_and_stages(tmp_path: Path) -> None:
         {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 50, "dur": 8,
          "args": {"correlation": 7, "device": 0, "stream": 7, "External id": 3}},
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
-    ]  # fmt: skip
+    ]
     path = _write(tmp_path / "nest.json", ev, deviceProperties=[{"id": 0, "name": "GPU-X"}])
     with tracekit.open(path) as t:
         rows = {r["name"]: r for r in t.sql("SELECT * FROM events").to_dicts()}
@@ -113,7 +113,7 @@ def test_stage_rules_and_stage_sequence_requests(tmp_path: Path) -> None:
              "dur": 50},
             {"ph": "X", "cat": "cpu_op", "name": "forward", "pid": 1, "tid": 1, "ts": base + 30,
              "dur": 10},
-        ]  # fmt: skip
+        ]
     path = _write(tmp_path / "rules.json", ev)
     rules = [tracekit.parse_rule("preprocess=^tokenize$"), tracekit.parse_rule("inference=forward")]
     with tracekit.open(path, stage_rules=rules) as t:
@@ -121,7 +121,7 @@ def test_stage_rules_and_stage_sequence_requests(tmp_path: Path) -> None:
         reqs = t.sql("SELECT request_id, source, dur_ns FROM requests ORDER BY 1").rows()
     # The nested 'forward' is not a second inference stage: outermost match only.
     assert stages == [(r, s, d) for r in (1, 2, 3)
-                      for s, d in (("preprocess", 10_000), ("inference", 50_000))]  # fmt: skip
+                      for s, d in (("preprocess", 10_000), ("inference", 50_000))]
     assert reqs == [(r, "stage-sequence", 70_000) for r in (1, 2, 3)]
 
 
@@ -130,7 +130,7 @@ def test_gzip_and_array_format_and_begin_end(tmp_path: Path) -> None:
         {"ph": "B", "name": "outer", "cat": "user_annotation", "pid": 1, "tid": 2, "ts": 5},
         {"ph": "E", "pid": 1, "tid": 2, "ts": 25},
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 2, "ts": 6, "dur": 1},
-    ]  # fmt: skip
+    ]
     path = tmp_path / "arr.json.gz"
     path.write_bytes(gzip.compress(json.dumps(ev).encode()))
     with tracekit.open(path) as t:
@@ -144,7 +144,7 @@ def test_skipped_events_are_counted(tmp_path: Path) -> None:
         {"ph": "X", "cat": "cpu_op", "name": "no-ts", "pid": 1, "tid": 1, "dur": 1},
         {"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 1, "ts": 1, "dur": -1},
         {"ph": "X", "cat": "cpu_op", "name": "str", "pid": 1, "tid": 1, "ts": "x", "dur": 1},
-    ]  # fmt: skip
+    ]
     path = _write(tmp_path / "bad.json", ev)
     with tracekit.open(path) as t:
         n, skipped = t.sql("SELECT event_count, skipped_count FROM traces").row(0)

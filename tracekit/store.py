@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -61,7 +62,7 @@ def cache_path_for(source: Path) -> Path:
     """Where the cache of `source` lives: beside it when writable, else the user cache dir."""
     source = source.resolve()
     beside = source.with_name(source.name + CACHE_SUFFIX)
-    if os.access(source.parent, os.W_OK) and (not beside.exists() or os.access(beside, os.W_OK)):
+    if _writable(source.parent) and (not beside.exists() or _writable(beside)):
         return beside
     base = Path(
         os.environ.get("TRACEKIT_CACHE_DIR")
@@ -69,6 +70,14 @@ def cache_path_for(source: Path) -> Path:
     )
     digest = hashlib.sha256(str(source).encode()).hexdigest()[:16]
     return base / f"{digest}-{source.name}{CACHE_SUFFIX}"
+
+
+def _writable(path: Path) -> bool:
+    """Writable, and not marked read-only: root passes os.access even on a `dr-xr-xr-x` folder."""
+    try:
+        return os.access(path, os.W_OK) and bool(path.stat().st_mode & 0o222)
+    except OSError:
+        return False
 
 
 def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
@@ -107,6 +116,30 @@ def _lock(source: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _remove_stale_temps(cache: Path) -> None:
+    """Delete temp stores left by a build that was killed (kill -9, power loss).
+
+    Call only while holding the source's lock: a live builder holds it, so what is there
+    now belongs to a dead one.
+    """
+    for p in cache.parent.glob(f".{glob.escape(cache.name)}.*.tmp*"):
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def _sweep_if_idle(source: Path, cache: Path) -> None:
+    """Remove stale temps when no other process is building this trace right now."""
+    try:
+        with open(source, "rb") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                _remove_stale_temps(cache)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    except OSError:
+        pass  # someone holds the lock (building): leave their temp file alone
 
 
 def _sha256(path: Path) -> str:
@@ -204,8 +237,12 @@ def ensure_trace_store(
     source: Path, rules: list[StageRule], refresh: bool = False, out: Path | None = None
 ) -> IngestResult:
     """Return the cached store of `source`, building it if missing or stale."""
-    if not source.exists():
-        raise TraceFormatError(f"{source}: no such file")
+    try:
+        source.stat()
+    except PermissionError:
+        raise TraceFormatError(f"{source}: permission denied") from None
+    except OSError:
+        raise TraceFormatError(f"{source}: no such file") from None
     if source.is_dir():
         raise TraceFormatError(f"{source}: is a directory, not a trace file")
     if not os.access(source, os.R_OK):
@@ -213,10 +250,12 @@ def ensure_trace_store(
     cache = out or cache_path_for(source)
     key = _source_key(source, rules)
     if not refresh and _cache_is_fresh(cache, key):
+        _sweep_if_idle(source, cache)
         return IngestResult(source=source, store=cache, reused=True)
     detect_format(source)  # fail on a non-trace before touching anything
     with _lock(source):
         # Another process may have built it while we waited for the lock.
+        _remove_stale_temps(cache)
         if not refresh and _cache_is_fresh(cache, key):
             return IngestResult(source=source, store=cache, reused=True)
         try:

@@ -53,8 +53,12 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
     stores: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if not p.exists():
-            raise TraceFormatError(f"{p}: no such file or directory")
+        try:
+            p.stat()
+        except PermissionError:
+            raise TraceFormatError(f"{p}: permission denied (on a folder above it)") from None
+        except OSError:
+            raise TraceFormatError(f"{p}: no such file or directory") from None
         if p.is_dir():
             traces.extend(find_traces(p))
         elif is_duckdb_file(p):
@@ -84,7 +88,10 @@ class TraceSet:
         try:
             rel = self.con.execute(query, params or {})
         except duckdb.Error as e:
-            raise QueryError(_first_line(e)) from None
+            msg = _first_line(e)
+            if "read-only" in msg:
+                msg += " (stores open read-only; `tracekit sql --write` opens a store read-write)"
+            raise QueryError(msg) from None
         if rel.description is None:
             return pl.DataFrame()
         return rel.pl()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -46,7 +46,9 @@ def _read(f: IO[bytes], path: Path, n: int) -> bytes:
     try:
         return f.read(n)
     except EOFError:
-        raise TraceFormatError(f"{path}: truncated gzip (the compressed stream ends early)") from None
+        raise TraceFormatError(
+            f"{path}: truncated gzip (the compressed stream ends early)"
+        ) from None
     except (gzip.BadGzipFile, zlib.error) as e:
         raise TraceFormatError(f"{path}: corrupt gzip ({e})") from None
 
@@ -110,18 +112,31 @@ def _loads(chunk: bytes) -> list[Any]:
 
 
 def iter_event_chunks(
-    path: Path, result: ScanResult, block_bytes: int = BLOCK_BYTES
+    path: Path,
+    result: ScanResult,
+    block_bytes: int = BLOCK_BYTES,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[list[Any]]:
     """Yield lists of trace events; fill `result.top` with the rest of the document at the end.
 
     Accepts the JSON Object Format ({"traceEvents": [...], ...}) and the JSON Array Format
     ([...]). Raises TraceFormatError for anything else, and for truncated input.
+    `progress(n)` is called after each block with the bytes of the file (compressed bytes for
+    gzip) consumed so far, to compare with the file's size.
     """
     with open_trace_bytes(path) as f:
-        yield from _iter(f, path, result, block_bytes)
+        yield from _iter(f, path, result, block_bytes, _position(f) if progress else None,
+                         progress)  # fmt: skip
 
 
-def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int) -> Iterator[list[Any]]:
+def _position(f: IO[bytes]) -> Callable[[], int]:
+    raw = getattr(f, "fileobj", None) or f  # GzipFile: where we are in the compressed file
+    return raw.tell
+
+
+def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int,
+          tell: Callable[[], int] | None = None,
+          progress: Callable[[int], None] | None = None) -> Iterator[list[Any]]:  # fmt: skip
     st = _Structure()
     prefix = bytearray()  # document bytes before the events array
     pending = b""  # bytes of the array not yet handed out
@@ -134,6 +149,8 @@ def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int) -> Ite
     first = True
     while True:
         block = _read(f, path, block_bytes)
+        if progress is not None and tell is not None:
+            progress(tell())
         if first:
             first = False
             stripped = block.lstrip()
@@ -148,7 +165,9 @@ def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int) -> Ite
         positions, values, depths = st.scan(block)
         cut = 0  # start in `block` of bytes not yet consumed
         if state == "head":
-            array_start, events_depth, root = _find_events_array(block, positions, values, depths, prefix, path)
+            array_start, events_depth, root = _find_events_array(
+                block, positions, values, depths, prefix, path
+            )
             if array_start < 0:
                 prefix += block
                 if len(prefix) > 64 * 1024 * 1024:
@@ -201,7 +220,9 @@ def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int) -> Ite
                 raise TraceFormatError(f"{path}: invalid JSON ({e})") from None
             if isinstance(doc, dict) and "traceEvents" in doc:
                 raise TraceFormatError(f"{path}: traceEvents is not a list")
-            raise TraceFormatError(f"{path}: JSON without a traceEvents list (not a Chrome/Kineto trace)")
+            raise TraceFormatError(
+                f"{path}: JSON without a traceEvents list (not a Chrome/Kineto trace)"
+            )
         raise TraceFormatError(f"{path}: empty file, not a trace")
     if state == "events":
         raise TraceFormatError(

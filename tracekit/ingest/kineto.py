@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import orjson
 
 from tracekit.ingest.common import EventWriter, TraceInfo, add_thread
 from tracekit.ingest.json_scan import ScanResult, iter_event_chunks
+from tracekit.progress import progress_bar
 
 # Category → kind. Old (2021) Kineto used Operator/Runtime/Kernel/Memcpy/Memset.
 CATEGORY_KINDS = {
@@ -37,6 +39,7 @@ GPU_SIDE = {"kernel", "memcpy", "memset", "gpu_range"}
 # A sync event on a stream is GPU-side; host-side cuda_sync has a numeric host tid.
 _FLOW_PHASES = {"s", "t", "f"}
 _NS_PER_US = 1000.0
+_INT64_MAX = 2**63 - 1
 
 
 class _Threads:
@@ -50,13 +53,13 @@ class _Threads:
             return None
         if isinstance(value, bool):
             return int(value)
-        if isinstance(value, int):
+        if isinstance(value, int) and -_INT64_MAX <= value <= _INT64_MAX:
             return value
-        if isinstance(value, float) and math.isfinite(value):
+        if isinstance(value, float) and math.isfinite(value) and abs(value) < 2**63:
             return int(value)
         text = str(value)
         digits = text.rsplit(" ", 1)[-1]
-        if digits.lstrip("-").isdigit():
+        if digits.lstrip("-").isdigit() and abs(int(digits)) <= _INT64_MAX:
             return int(digits)
         # Non-numeric labels ('Spans', 'PyTorch Profiler') get stable negative ids.
         return -self.string_ids.setdefault(text, len(self.string_ids) + 1)
@@ -73,44 +76,38 @@ def _number(value: Any) -> float | None:
 def _int_arg(args: dict[str, Any], *keys: str) -> int | None:
     for key in keys:
         v = args.get(key)
-        if isinstance(v, int) and not isinstance(v, bool):
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) <= _INT64_MAX:
             return v
-        if isinstance(v, float) and math.isfinite(v):
+        if isinstance(v, float) and math.isfinite(v) and abs(v) < 2**63:
             return int(v)
     return None
 
 
 def ingest(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceInfo:
     """Stream every event of a Chrome/Kineto trace into `events` and `threads`."""
+    # The events are acyclic dicts freed chunk by chunk: the cyclic collector finds nothing to
+    # free, yet its passes over millions of young objects cost 3x the parse (docs/architecture.md).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _ingest(con, path, trace_id)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _ingest(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceInfo:
     writer = EventWriter(con, trace_id)
     threads = _Threads()
     names: dict[tuple[int | None, int | None], list[str | None]] = {}
     begin_stacks: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     scan = ScanResult()
-    stats = writer.stats
     cols: dict[str, list[Any]] = {k: [] for k in _COLS}
-    for chunk in iter_event_chunks(path, scan):
-        for ev in chunk:
-            if not isinstance(ev, dict):
-                writer.skip("not an object")
-                continue
-            ph = ev.get("ph")
-            if ph == "X":
-                _add_complete(ev, cols, threads, writer)
-            elif ph in _FLOW_PHASES:
-                stats.elsewhere["flow (links kept as correlation ids)"] += 1
-            elif ph == "M":
-                _add_metadata(ev, names, threads, stats)
-            elif ph in ("i", "I", "R"):
-                _add_instant(ev, cols, threads, writer)
-            elif ph in ("B", "E"):
-                _pair_begin_end(ev, begin_stacks, cols, threads, writer)
-            elif ph == "C":
-                writer.skip("counter event")
-            else:
-                writer.skip(f"unsupported phase {ph!r}" if isinstance(ph, str) else "no phase")
-        writer.add_columns(cols)
-        cols = {k: [] for k in _COLS}
+    with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
+        for chunk in iter_event_chunks(path, scan, progress=update):
+            _map_chunk(chunk, cols, threads, names, begin_stacks, writer)
+            writer.add_columns(cols)
+            cols = {k: [] for k in _COLS}
     for stack in begin_stacks.values():
         writer.skip("begin without end", len(stack))
     writer.flush()
@@ -120,6 +117,35 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceIn
         [(pid, tid, v[0], v[1]) for (pid, tid), v in sorted(names.items(), key=_sort_key)],
     )
     return _trace_info(scan.top, writer)
+
+
+def _map_chunk(chunk: list[Any], cols: dict[str, list[Any]], threads: _Threads,
+               names: dict[tuple[int | None, int | None], list[str | None]],
+               begin_stacks: dict[tuple[Any, Any], list[dict[str, Any]]],
+               writer: EventWriter) -> None:  # fmt: skip
+    stats = writer.stats
+    for ev in chunk:
+        if not isinstance(ev, dict):
+            writer.skip("not an object")
+            continue
+        ph = ev.get("ph")
+        if not isinstance(ph, str):  # a list or dict here is not hashable
+            writer.skip("no phase")
+            continue
+        if ph == "X":
+            _add_complete(ev, cols, threads, writer)
+        elif ph in _FLOW_PHASES:
+            stats.elsewhere["flow (links kept as correlation ids)"] += 1
+        elif ph == "M":
+            _add_metadata(ev, names, threads, stats)
+        elif ph in ("i", "I", "R"):
+            _add_instant(ev, cols, threads, writer)
+        elif ph in ("B", "E"):
+            _pair_begin_end(ev, begin_stacks, cols, threads, writer)
+        elif ph == "C":
+            writer.skip("counter event")
+        else:
+            writer.skip(f"unsupported phase {ph!r}" if isinstance(ph, str) else "no phase")
 
 
 _COLS = ("kind", "name", "start_ns", "end_ns", "pid", "tid", "device", "stream",
@@ -147,12 +173,17 @@ def _times(ev: dict[str, Any], writer: EventWriter, need_dur: bool) -> tuple[int
             return None
         dur = d
     start = round(ts * _NS_PER_US)
-    return start, start + round(dur * _NS_PER_US)
+    end = start + round(dur * _NS_PER_US)
+    if end > _INT64_MAX:
+        writer.skip("ts or dur out of range")
+        return None
+    return start, end
 
 
 def _append(cols: dict[str, list[Any]], kind: str, name: str, start: int, end: int,
             pid: int | None, tid: int | None, device: int | None, stream: int | None,
-            correlation: int | None, external_id: int | None, args: dict[str, Any] | None) -> None:  # fmt: skip
+            correlation: int | None, external_id: int | None,
+            args: dict[str, Any] | None) -> None:  # fmt: skip
     cols["kind"].append(kind)
     cols["name"].append(name)
     cols["start_ns"].append(start)
@@ -163,7 +194,24 @@ def _append(cols: dict[str, list[Any]], kind: str, name: str, start: int, end: i
     cols["stream"].append(stream)
     cols["correlation"].append(correlation)
     cols["external_id"].append(external_id)
-    cols["args"].append(orjson.dumps(args).decode() if args else None)
+    cols["args"].append(_dumps(args) if args else None)
+
+
+def _dumps(args: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(args).decode()
+    except TypeError:  # integers beyond 64 bits: keep them, as strings
+        return orjson.dumps(_big_ints_to_str(args)).decode()
+
+
+def _big_ints_to_str(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _big_ints_to_str(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_big_ints_to_str(v) for v in value]
+    return value
 
 
 def _add_complete(ev: dict[str, Any], cols: dict[str, list[Any]], threads: _Threads,
@@ -220,7 +268,8 @@ def _add_instant(ev: dict[str, Any], cols: dict[str, list[Any]], threads: _Threa
 
 
 def _pair_begin_end(ev: dict[str, Any], stacks: dict[tuple[Any, Any], list[dict[str, Any]]],
-                    cols: dict[str, list[Any]], threads: _Threads, writer: EventWriter) -> None:  # fmt: skip
+                    cols: dict[str, list[Any]], threads: _Threads,
+                    writer: EventWriter) -> None:  # fmt: skip
     key = (ev.get("pid"), ev.get("tid"))
     if ev.get("ph") == "B":
         stacks.setdefault(key, []).append(ev)
@@ -273,7 +322,9 @@ def _trace_info(top: dict[str, Any], writer: EventWriter) -> TraceInfo:
     meta = {k: v for k, v in top.items() if k not in ("deviceProperties",)}
     # Never keep environment variables: they carry tokens and keys.
     if isinstance(meta.get("metadata"), dict):
-        meta["metadata"] = {k: v for k, v in meta["metadata"].items() if k not in ("env", "environ")}
+        meta["metadata"] = {
+            k: v for k, v in meta["metadata"].items() if k not in ("env", "environ")
+        }
     return TraceInfo(
         format="kineto",
         tool_version=version,

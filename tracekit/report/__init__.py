@@ -1,0 +1,65 @@
+"""`tracekit report`: the library behind it.
+
+    from tracekit.report import write_report
+    write_report(["runs/demo"], fmt="html")          # -> runs/demo/report.html
+
+build_report_context (context.py) runs the named queries and lays out one plain object;
+render.py turns it into HTML, Markdown or JSON; findings.py holds the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from tracekit.errors import TracekitError
+from tracekit.stages import StageRule
+
+SUFFIXES = (".json.gz", ".pt.trace.json", ".json", ".sqlite", ".nsys-rep", ".duckdb", ".gz")
+
+
+def default_output(source: Path, fmt: str) -> Path:
+    """`trace.json.gz` -> `trace.report.html` beside it; a run dir -> `RUN_DIR/report.html`."""
+    ext = {"html": "html", "md": "md", "json": "json"}[fmt]
+    if source.is_dir():
+        return source / f"report.{ext}"
+    name = source.name
+    for suffix in SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+            break
+    return source.with_name(f"{name}.report.{ext}")
+
+
+def write_report(
+    sources: Sequence[Path],
+    output: Path | None = None,
+    fmt: str = "html",
+    force: bool = False,
+    stage_rules: Sequence[StageRule] | None = None,
+    top_n: int = 15,
+) -> Path:
+    """Build the report over traces / run dirs / stores and write it atomically; its path."""
+    import tracekit
+    from tracekit.atomic import write_text_atomic
+    from tracekit.report.context import build_report_context
+    from tracekit.report.render import render
+
+    if not sources:
+        raise TracekitError("report: give a trace, run folder or store")
+    if output is None:
+        if len(sources) > 1:
+            raise TracekitError("report: several inputs given; name the output with -o")
+        output = default_output(Path(sources[0]), fmt)
+    if output.exists() and not force:
+        raise TracekitError(
+            f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
+        )
+    with tracekit.open(list(sources), stage_rules=stage_rules) as ts:
+        ctx = build_report_context(ts, [Path(s) for s in sources], top_n=top_n)
+        text = render(ctx, fmt)
+    write_text_atomic(output, text)
+    return output
+
+
+__all__ = ["default_output", "write_report"]

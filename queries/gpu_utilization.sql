@@ -1,0 +1,54 @@
+-- name: gpu_utilization
+-- returns: trace_id, scope ('trace' | 'stage' | 'request'), name (stage name, request id, or 'trace'), request_id, windows, window_ms, busy_ms, idle_ms, utilization
+-- param: $trace_id INTEGER trace to measure
+-- default: $trace_id 1
+-- GPU busy/idle inside host windows: the whole trace span, each stage (its range instances,
+-- summed) and each request. busy = length of the union of all GPU intervals (kernel, memcpy,
+-- memset; every device and stream together) clipped to the window, whoever launched them;
+-- utilization = busy / window. The GPU intervals are first merged into disjoint islands, so
+-- overlapping streams are never counted twice.
+WITH gpu AS (
+    SELECT start_ns, end_ns,
+           CASE WHEN start_ns <= max(end_ns) OVER (ORDER BY start_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                THEN 0 ELSE 1 END AS new_island
+    FROM events
+    WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset') AND end_ns > start_ns
+), numbered AS (
+    SELECT start_ns, end_ns,
+           sum(new_island) OVER (ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+    FROM gpu
+), islands AS (
+    SELECT island, min(start_ns) AS i0, max(end_ns) AS i1 FROM numbered GROUP BY island
+), cum AS (  -- busy time before each island starts (islands are disjoint)
+    SELECT i0, i1, sum(i1 - i0) OVER (ORDER BY i0 ROWS UNBOUNDED PRECEDING) - (i1 - i0) AS before
+    FROM islands
+), windows AS (
+    SELECT 'trace' AS scope, 0 AS scope_order, 'trace' AS name, NULL::BIGINT AS request_id,
+           0 AS wid, start_ns AS w0, start_ns + duration_ns AS w1, 0::BIGINT AS first_ns
+    FROM traces WHERE trace_id = $trace_id
+    UNION ALL
+    SELECT 'stage', 1, stage, NULL, event_id, start_ns, end_ns, min(start_ns) OVER (PARTITION BY stage)
+    FROM stages WHERE trace_id = $trace_id
+    UNION ALL
+    SELECT 'request', 2, request_id::VARCHAR, request_id, request_id, start_ns, end_ns, start_ns
+    FROM requests WHERE trace_id = $trace_id
+), busy_at AS (  -- busy time up to a point t: ASOF the last island starting at or before t
+    SELECT w.scope, w.wid, w.w0, w.w1,
+           coalesce(c0.before + least(greatest(w.w0 - c0.i0, 0), c0.i1 - c0.i0), 0) AS b0
+    FROM windows w ASOF LEFT JOIN cum c0 ON w.w0 >= c0.i0
+), busy AS (
+    SELECT b.scope, b.wid,
+           coalesce(c1.before + least(greatest(b.w1 - c1.i0, 0), c1.i1 - c1.i0), 0) - b.b0 AS ns
+    FROM busy_at b ASOF LEFT JOIN cum c1 ON b.w1 >= c1.i0
+), per_window AS (
+    SELECT w.*, w.w1 - w.w0 AS window_ns, coalesce(b.ns, 0) AS busy_ns
+    FROM windows w LEFT JOIN busy b USING (scope, wid)
+)
+SELECT $trace_id::INTEGER AS trace_id, scope, name, min(request_id) AS request_id,
+       count(*) AS windows, sum(window_ns) / 1e6 AS window_ms, sum(busy_ns) / 1e6 AS busy_ms,
+       (sum(window_ns) - sum(busy_ns)) / 1e6 AS idle_ms,
+       sum(busy_ns) / nullif(sum(window_ns), 0) AS utilization
+FROM per_window
+GROUP BY scope, scope_order, name
+ORDER BY scope_order, min(first_ns), name;

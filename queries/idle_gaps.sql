@@ -1,0 +1,52 @@
+-- name: idle_gaps
+-- returns: the $limit longest gaps between GPU activity: trace_id, rank, gap_start_ms (from trace start), gap_ms, before (GPU event ending the busy period), after (GPU event starting the next), stage (stage of the host thread when the gap starts), host_op, host_kind, host_depth, host_overlap_ms
+-- param: $trace_id INTEGER trace to search
+-- param: $limit INTEGER gaps to return
+-- default: $trace_id 1
+-- default: $limit 10
+-- Gaps between the merged GPU islands (every device and stream together) from the first GPU
+-- activity to the last. What the host was doing: of the host events overlapping the gap
+-- (tracekit stage/request ranges aside), the one covering the most of it, the deepest on a tie.
+WITH gpu AS (
+    SELECT name, start_ns, end_ns,
+           max(end_ns) OVER (ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM events
+    WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
+), gpu_last AS (  -- the event whose end closes each busy period
+    SELECT name, end_ns, max(end_ns) OVER (ORDER BY end_ns ROWS UNBOUNDED PRECEDING) AS run_end
+    FROM gpu
+), gaps AS (
+    SELECT g.prev_end AS g0, g.start_ns AS g1, g.name AS after,
+           row_number() OVER (ORDER BY g.start_ns - g.prev_end DESC, g.start_ns) AS gap_no
+    FROM gpu g WHERE g.prev_end IS NOT NULL AND g.start_ns > g.prev_end
+), top AS (
+    SELECT * FROM gaps WHERE gap_no <= $limit
+), before_ev AS (
+    SELECT t.gap_no, arg_min(l.name, l.end_ns) AS before
+    FROM top t JOIN gpu_last l ON l.end_ns = t.g0 GROUP BY t.gap_no
+), host_hits AS (
+    SELECT t.gap_no, e.name, e.kind, e.depth,
+           least(e.end_ns, t.g1) - greatest(e.start_ns, t.g0) AS overlap
+    FROM top t JOIN events e
+      ON e.trace_id = $trace_id AND e.tid IS NOT NULL AND e.start_ns < t.g1 AND e.end_ns > t.g0
+    WHERE e.kind NOT IN ('mark') AND NOT (e.kind = 'range' AND e.name LIKE 'tracekit:%')
+), best AS (
+    SELECT gap_no, arg_max(name, overlap * 1000 + depth) AS host_op,
+           arg_max(kind, overlap * 1000 + depth) AS host_kind,
+           arg_max(depth, overlap * 1000 + depth) AS host_depth, max(overlap) AS overlap
+    FROM host_hits GROUP BY gap_no
+), stage_at AS (
+    SELECT t.gap_no, arg_max(s.stage, s.start_ns) AS stage
+    FROM top t JOIN stages s ON s.trace_id = $trace_id AND s.start_ns <= t.g0 AND s.end_ns > t.g0
+    GROUP BY t.gap_no
+)
+SELECT $trace_id::INTEGER AS trace_id, t.gap_no AS rank, (t.g0 - tr.start_ns) / 1e6 AS gap_start_ms,
+       (t.g1 - t.g0) / 1e6 AS gap_ms, b.before, t.after, s.stage, h.host_op, h.host_kind,
+       h.host_depth, h.overlap / 1e6 AS host_overlap_ms
+FROM top t
+JOIN traces tr ON tr.trace_id = $trace_id
+LEFT JOIN before_ev b USING (gap_no)
+LEFT JOIN best h USING (gap_no)
+LEFT JOIN stage_at s USING (gap_no)
+ORDER BY t.gap_no;

@@ -1,0 +1,78 @@
+-- name: request_breakdown
+-- returns: one row per request: trace_id, request_id, start_ms (from trace start), e2e_ms, preprocess_ms, inference_ms, postprocess_ms, other_stages_ms, unattributed_ms, gpu_busy_ms, gpu_events, stages_json (JSON object stage -> ms, every stage)
+-- param: $trace_id INTEGER trace to break down
+-- default: $trace_id 1
+-- Each request's host time split by stage (stage totals per request), with 'unattributed' =
+-- request duration minus the union of its stages' intervals clipped to the request. gpu_busy_ms
+-- = length of the union of GPU intervals (kernel/memcpy/memset) attributed to the request
+-- (launched from inside it), never a plain sum.
+WITH rq AS (
+    SELECT * FROM requests WHERE trace_id = $trace_id
+), st AS (
+    SELECT s.request_id, s.stage, s.dur_ns,
+           greatest(s.start_ns, r.start_ns) AS s0, least(s.end_ns, r.end_ns) AS s1
+    FROM stages s JOIN rq r USING (request_id)
+    WHERE s.trace_id = $trace_id
+), per_stage AS (
+    SELECT request_id, stage, sum(dur_ns) AS ns, min(s0) AS first_ns FROM st GROUP BY ALL
+), stage_cols AS (
+    SELECT request_id,
+           sum(ns) FILTER (WHERE stage = 'preprocess') AS pre_ns,
+           sum(ns) FILTER (WHERE stage = 'inference') AS inf_ns,
+           sum(ns) FILTER (WHERE stage = 'postprocess') AS post_ns,
+           sum(ns) FILTER (WHERE stage NOT IN ('preprocess', 'inference', 'postprocess'))
+               AS other_ns,
+           '{' || string_agg(to_json(stage)::VARCHAR || ':' || to_json(ns / 1e6)::VARCHAR, ','
+                             ORDER BY first_ns, stage) || '}' AS stages_json
+    FROM per_stage GROUP BY request_id
+), flagged AS (
+    SELECT request_id, s0, s1,
+           CASE WHEN s0 <= max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                THEN 0 ELSE 1 END AS new_island
+    FROM st WHERE s1 > s0
+), numbered AS (
+    SELECT request_id, s0, s1, sum(new_island) OVER (PARTITION BY request_id ORDER BY s0, s1
+                                                     ROWS UNBOUNDED PRECEDING) AS island
+    FROM flagged
+), covered AS (
+    SELECT request_id, sum(len) AS ns
+    FROM (SELECT request_id, island, max(s1) - min(s0) AS len FROM numbered GROUP BY ALL)
+    GROUP BY request_id
+), gpu AS (
+    SELECT request_id, start_ns, end_ns,
+           CASE WHEN start_ns <= max(end_ns) OVER (PARTITION BY request_id
+                                ORDER BY start_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                THEN 0 ELSE 1 END AS new_island
+    FROM events
+    WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
+      AND request_id IS NOT NULL
+), gpu_num AS (
+    SELECT request_id, start_ns, end_ns,
+           sum(new_island) OVER (PARTITION BY request_id ORDER BY start_ns, end_ns
+                                 ROWS UNBOUNDED PRECEDING) AS island
+    FROM gpu
+), gpu_req AS (
+    SELECT request_id, sum(len) AS busy_ns, sum(n) AS n
+    FROM (SELECT request_id, island, max(end_ns) - min(start_ns) AS len, count(*) AS n
+          FROM gpu_num GROUP BY ALL)
+    GROUP BY request_id
+)
+SELECT $trace_id::INTEGER AS trace_id, r.request_id,
+       (r.start_ns - t.start_ns) / 1e6 AS start_ms,
+       r.dur_ns / 1e6 AS e2e_ms,
+       coalesce(c.pre_ns, 0) / 1e6 AS preprocess_ms,
+       coalesce(c.inf_ns, 0) / 1e6 AS inference_ms,
+       coalesce(c.post_ns, 0) / 1e6 AS postprocess_ms,
+       coalesce(c.other_ns, 0) / 1e6 AS other_stages_ms,
+       (r.dur_ns - coalesce(cv.ns, 0)) / 1e6 AS unattributed_ms,
+       coalesce(g.busy_ns, 0) / 1e6 AS gpu_busy_ms,
+       coalesce(g.n, 0)::BIGINT AS gpu_events,
+       coalesce(c.stages_json, '{}') AS stages_json
+FROM rq r
+JOIN traces t ON t.trace_id = $trace_id
+LEFT JOIN stage_cols c USING (request_id)
+LEFT JOIN covered cv USING (request_id)
+LEFT JOIN gpu_req g USING (request_id)
+ORDER BY r.request_id;

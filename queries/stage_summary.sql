@@ -1,0 +1,92 @@
+-- name: stage_summary
+-- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events
+-- param: $trace_id INTEGER trace to summarize
+-- default: $trace_id 1
+-- Host time per stage, with statistics across requests of each request's stage total (a stage
+-- outside every request counts as its own unit). Percentiles are quantile_cont (linear
+-- interpolation). share = total / end-to-end time (sum of request durations; the trace span
+-- when there are no requests). 'unattributed' = request time no stage covers (request duration
+-- minus the union of its stages' intervals, clipped to the request). GPU time projected onto
+-- a stage: busy = length of the union of the intervals of kernels/memcpys/memsets attributed to
+-- the stage (streams overlap: never a plain sum); span = first GPU start to last GPU end.
+WITH st AS (
+    SELECT * FROM stages WHERE trace_id = $trace_id
+), rq AS (
+    SELECT * FROM requests WHERE trace_id = $trace_id
+), per_unit AS (
+    SELECT stage, coalesce(request_id, -event_id) AS unit, sum(dur_ns) AS ns,
+           count(*) AS n, min(start_ns) AS first_start
+    FROM st GROUP BY stage, coalesce(request_id, -event_id)
+), e2e AS (
+    SELECT coalesce((SELECT sum(dur_ns) FROM rq),
+                    (SELECT duration_ns FROM traces WHERE trace_id = $trace_id))::DOUBLE AS ns
+), clipped AS (  -- stage intervals clipped to their request, for the union per request
+    SELECT s.request_id, greatest(s.start_ns, r.start_ns) AS s0, least(s.end_ns, r.end_ns) AS s1
+    FROM st s JOIN rq r USING (request_id)
+    WHERE least(s.end_ns, r.end_ns) > greatest(s.start_ns, r.start_ns)
+), islands AS (
+    SELECT request_id, s0, s1,
+           CASE WHEN s0 <= max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                THEN 0 ELSE 1 END AS new_island
+    FROM clipped
+), island_ids AS (
+    SELECT request_id, s0, s1,
+           sum(new_island) OVER (PARTITION BY request_id ORDER BY s0, s1
+                                 ROWS UNBOUNDED PRECEDING) AS island
+    FROM islands
+), covered AS (
+    SELECT request_id, sum(len) AS ns FROM (
+        SELECT request_id, island, max(s1) - min(s0) AS len FROM island_ids GROUP BY ALL
+    ) GROUP BY request_id
+), unattributed AS (
+    SELECT r.request_id AS unit, r.dur_ns - coalesce(c.ns, 0) AS ns
+    FROM rq r LEFT JOIN covered c USING (request_id)
+), gpu AS (
+    SELECT stage, start_ns, end_ns FROM events
+    WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset') AND stage IS NOT NULL
+), gpu_flag AS (
+    SELECT stage, start_ns, end_ns,
+           CASE WHEN start_ns <= max(end_ns) OVER (PARTITION BY stage ORDER BY start_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                THEN 0 ELSE 1 END AS new_island
+    FROM gpu
+), gpu_isl AS (
+    SELECT stage, start_ns, end_ns,
+           sum(new_island) OVER (PARTITION BY stage ORDER BY start_ns, end_ns
+                                 ROWS UNBOUNDED PRECEDING) AS island
+    FROM gpu_flag
+), gpu_stage AS (
+    SELECT stage, sum(len) AS busy_ns, min(s0) AS first_ns, max(s1) AS last_ns, sum(n) AS n
+    FROM (SELECT stage, island, max(end_ns) - min(start_ns) AS len, min(start_ns) AS s0,
+                 max(end_ns) AS s1, count(*) AS n
+          FROM gpu_isl GROUP BY ALL)
+    GROUP BY stage
+), rows_ AS (
+    SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(first_start) AS first_start,
+           count(*) AS count, sum(n) AS instances, sum(ns) AS total_ns, avg(ns) AS mean_ns,
+           quantile_cont(ns, 0.5) AS p50, quantile_cont(ns, 0.9) AS p90,
+           quantile_cont(ns, 0.99) AS p99, max(ns) AS max_ns
+    FROM per_unit GROUP BY stage
+    UNION ALL
+    SELECT 'unattributed', 1, 'unattributed', NULL, count(*), count(*), sum(ns), avg(ns),
+           quantile_cont(ns, 0.5), quantile_cont(ns, 0.9), quantile_cont(ns, 0.99), max(ns)
+    FROM unattributed HAVING count(*) > 0
+    UNION ALL
+    SELECT 'end_to_end', 2, 'end_to_end', NULL, count(*), count(*), sum(dur_ns), avg(dur_ns),
+           quantile_cont(dur_ns, 0.5), quantile_cont(dur_ns, 0.9), quantile_cont(dur_ns, 0.99),
+           max(dur_ns)
+    FROM rq HAVING count(*) > 0
+)
+SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.count::BIGINT AS count,
+       r.instances::BIGINT AS instances,
+       r.total_ns / 1e6 AS total_ms, r.mean_ns / 1e6 AS mean_ms, r.p50 / 1e6 AS p50_ms,
+       r.p90 / 1e6 AS p90_ms, r.p99 / 1e6 AS p99_ms, r.max_ns / 1e6 AS max_ms,
+       CASE WHEN e2e.ns > 0 THEN r.total_ns / e2e.ns END AS share,
+       CASE WHEN r.row_kind = 'stage' THEN coalesce(g.busy_ns, 0) / 1e6 END AS gpu_busy_ms,
+       CASE WHEN r.row_kind = 'stage' THEN coalesce(g.last_ns - g.first_ns, 0) / 1e6 END
+           AS gpu_span_ms,
+       CASE WHEN r.row_kind = 'stage' THEN coalesce(g.n, 0)::BIGINT END AS gpu_events
+FROM rows_ r CROSS JOIN e2e
+LEFT JOIN gpu_stage g ON r.row_kind = 'stage' AND g.stage = r.stage
+ORDER BY r.kind_order, r.first_start NULLS LAST, r.stage;

@@ -1,0 +1,70 @@
+-- name: top_kernels
+-- returns: per stage, the top $limit kernels by GPU time: trace_id, stage ('(no stage)' for kernels no stage launched), rank, name, launched_by (the host op that launched it most often), launch_ops (distinct launching ops), count, total_ms, mean_ms, p50_ms, p99_ms, max_ms, share_of_stage_gpu, coverage
+-- param: $trace_id INTEGER trace to rank kernels in
+-- param: $limit INTEGER kernels kept per stage
+-- default: $trace_id 1
+-- default: $limit 15
+-- Each kernel event is counted once, in the stage of the runtime call that launched it.
+-- launched_by: launch_id -> runtime call -> its parent chain (8 levels) to the nearest cpu_op (for
+-- traces without cpu_ops, the nearest NVTX range that is not a tracekit range); Kineto kernels
+-- without that chain are linked by External id to their cpu_op. Percentiles are
+-- quantile_cont over kernel durations. coverage = share of the trace's kernel time that is
+-- attributed to some stage (the same value on every row).
+WITH k AS (
+    SELECT event_id, name, dur_ns, stage, launch_id, external_id FROM events
+    WHERE trace_id = $trace_id AND kind = 'kernel'
+), has_ops AS (
+    SELECT count(*) > 0 AS yes FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
+), host AS MATERIALIZED (
+    SELECT e.event_id, e.parent_id, e.name,
+           (has_ops.yes AND e.kind = 'cpu_op')
+           OR (NOT has_ops.yes AND e.kind = 'range' AND e.name NOT LIKE 'tracekit:%') AS is_op
+    FROM events e, has_ops
+    WHERE e.trace_id = $trace_id AND e.tid IS NOT NULL
+), launches AS (SELECT DISTINCT launch_id FROM k WHERE launch_id IS NOT NULL
+), op_of_launch AS (  -- up the parent chain from the runtime call: the nearest op, 8 levels
+    SELECT l.launch_id,
+           CASE WHEN a1.is_op THEN a1.name WHEN a2.is_op THEN a2.name WHEN a3.is_op THEN a3.name
+                WHEN a4.is_op THEN a4.name WHEN a5.is_op THEN a5.name WHEN a6.is_op THEN a6.name
+                WHEN a7.is_op THEN a7.name WHEN a8.is_op THEN a8.name END AS op
+    FROM launches l
+    JOIN host r ON r.event_id = l.launch_id
+    LEFT JOIN host a1 ON a1.event_id = r.parent_id
+    LEFT JOIN host a2 ON a2.event_id = a1.parent_id
+    LEFT JOIN host a3 ON a3.event_id = a2.parent_id
+    LEFT JOIN host a4 ON a4.event_id = a3.parent_id
+    LEFT JOIN host a5 ON a5.event_id = a4.parent_id
+    LEFT JOIN host a6 ON a6.event_id = a5.parent_id
+    LEFT JOIN host a7 ON a7.event_id = a6.parent_id
+    LEFT JOIN host a8 ON a8.event_id = a7.parent_id
+), op_of_ext AS (
+    SELECT external_id, arg_min(name, event_id) AS op FROM events
+    WHERE trace_id = $trace_id AND kind = 'cpu_op' AND external_id IS NOT NULL
+      AND external_id <> 0
+    GROUP BY external_id
+), kk AS (
+    SELECT k.*, coalesce(l.op, x.op) AS op
+    FROM k LEFT JOIN op_of_launch l USING (launch_id)
+    LEFT JOIN op_of_ext x ON x.external_id = k.external_id
+), agg AS (
+    SELECT coalesce(stage, '(no stage)') AS stage, name, mode(op) AS launched_by,
+           count(DISTINCT op) AS launch_ops, count(*) AS n, sum(dur_ns) AS total_ns,
+           avg(dur_ns) AS mean_ns, quantile_cont(dur_ns, 0.5) AS p50,
+           quantile_cont(dur_ns, 0.99) AS p99, max(dur_ns) AS max_ns
+    FROM kk GROUP BY ALL
+), cov AS (
+    SELECT coalesce(sum(dur_ns) FILTER (WHERE stage IS NOT NULL), 0) / nullif(sum(dur_ns), 0)
+           AS coverage
+    FROM k
+), ranked AS (
+    SELECT a.*, sum(total_ns) OVER (PARTITION BY stage) AS stage_ns,
+           row_number() OVER (PARTITION BY stage ORDER BY total_ns DESC, name) AS rank
+    FROM agg a
+)
+SELECT $trace_id::INTEGER AS trace_id, r.stage, r.rank, r.name, r.launched_by, r.launch_ops,
+       r.n AS count, r.total_ns / 1e6 AS total_ms, r.mean_ns / 1e6 AS mean_ms,
+       r.p50 / 1e6 AS p50_ms, r.p99 / 1e6 AS p99_ms, r.max_ns / 1e6 AS max_ms,
+       r.total_ns / nullif(r.stage_ns, 0) AS share_of_stage_gpu, cov.coverage
+FROM ranked r CROSS JOIN cov
+WHERE r.rank <= $limit
+ORDER BY r.stage = '(no stage)', r.stage, r.rank;

@@ -1,0 +1,46 @@
+-- name: top_ops
+-- returns: per stage, the top $limit host ops by self time: trace_id, stage ('(no stage)' for ops outside every stage), rank, name, kind, calls, self_ms, total_ms, mean_ms, share_of_stage, share_of_ops, stage_ms, stage_ops_self_ms
+-- param: $trace_id INTEGER trace to rank ops in
+-- param: $limit INTEGER ops kept per stage
+-- default: $trace_id 1
+-- default: $limit 15
+-- Host ops are events of kind cpu_op; a trace with no cpu_op (nsys) uses its NVTX ranges that
+-- are not tracekit stage/request ranges instead. self_ms = sum of self time (duration minus
+-- direct children). total_ms counts only outermost occurrences of a name on a thread, so
+-- recursion (aten::to inside aten::to) is not counted twice. share_of_stage = self time /
+-- the stage's host time (sum of its range durations); share_of_ops = self time / all ops' self
+-- time in the stage.
+WITH has_ops AS (
+    SELECT count(*) > 0 AS yes FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
+), ops AS (
+    SELECT e.* FROM events e, has_ops
+    WHERE e.trace_id = $trace_id
+      AND ((has_ops.yes AND e.kind = 'cpu_op')
+           OR (NOT has_ops.yes AND e.kind = 'range' AND e.name NOT LIKE 'tracekit:%'))
+), marked AS (
+    SELECT *, coalesce(max(end_ns) OVER (PARTITION BY pid, tid, name
+                                         ORDER BY start_ns, end_ns DESC, event_id
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                       >= end_ns, false) AS nested_in_same_name
+    FROM ops
+), agg AS (
+    SELECT coalesce(stage, '(no stage)') AS stage, name, min(kind) AS kind, count(*) AS calls,
+           sum(self_ns) AS self_ns,
+           sum(dur_ns) FILTER (WHERE NOT nested_in_same_name) AS total_ns
+    FROM marked GROUP BY ALL
+), stage_host AS (
+    SELECT stage, sum(dur_ns) AS ns FROM stages WHERE trace_id = $trace_id GROUP BY stage
+), ranked AS (
+    SELECT a.*, sum(a.self_ns) OVER (PARTITION BY a.stage) AS stage_ops_self_ns,
+           row_number() OVER (PARTITION BY a.stage ORDER BY a.self_ns DESC, a.name) AS rank
+    FROM agg a
+)
+SELECT $trace_id::INTEGER AS trace_id, r.stage, r.rank, r.name, r.kind, r.calls,
+       r.self_ns / 1e6 AS self_ms, coalesce(r.total_ns, 0) / 1e6 AS total_ms,
+       r.self_ns / 1e6 / r.calls AS mean_ms,
+       CASE WHEN h.ns > 0 THEN r.self_ns / h.ns END AS share_of_stage,
+       CASE WHEN r.stage_ops_self_ns > 0 THEN r.self_ns / r.stage_ops_self_ns END AS share_of_ops,
+       h.ns / 1e6 AS stage_ms, r.stage_ops_self_ns / 1e6 AS stage_ops_self_ms
+FROM ranked r LEFT JOIN stage_host h USING (stage)
+WHERE r.rank <= $limit
+ORDER BY r.stage = '(no stage)', r.stage, r.rank;

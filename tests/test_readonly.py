@@ -1,0 +1,106 @@
+"""`tracekit sql` opens stores read-only; named-query parameters are bound, never executed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+import tracekit
+from tracekit.cli import main
+
+EVENTS = [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 2},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3},
+]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": EVENTS}))
+    out = tmp_path / "t.duckdb"
+    r = CliRunner().invoke(main, ["ingest", str(trace), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+def events_in(store: Path) -> int:
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        return int(con.execute("SELECT count(*) FROM events").fetchone()[0])  # type: ignore[index]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "CREATE TABLE evil (a INTEGER)",
+        "DROP TABLE events",
+        "DELETE FROM events",
+        "INSERT INTO traces SELECT * FROM traces",
+        "UPDATE events SET name = 'x'",
+    ],
+)
+def test_sql_store_is_read_only(store: Path, statement: str):
+    before = store.read_bytes()
+    code, out, err = run("sql", str(store), statement)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("Error: ") and len(err.splitlines()) == 1
+    assert "read-only" in err and "--write" in err
+    assert store.read_bytes() == before
+    assert events_in(store) == 3
+
+
+def test_sql_on_trace_cache_is_read_only(tmp_path: Path):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": EVENTS}))
+    code, _, err = run("sql", str(trace), "DROP TABLE events")
+    assert code == 2 and "read-only" in err
+    code, out, _ = run("sql", str(trace), "SELECT count(*) AS n FROM events", "--format", "csv")
+    assert code == 0 and out.split() == ["n", "3"]
+
+
+def test_sql_several_stores_leaves_them_unchanged(store: Path, tmp_path: Path):
+    other = tmp_path / "t.json"
+    before = store.read_bytes()
+    code, _, err = run("sql", str(store), str(other), "INSERT INTO events SELECT * FROM events")
+    assert code == 2 and err.startswith("Error: ")
+    assert store.read_bytes() == before
+
+
+def test_query_param_injection_is_rejected(store: Path):
+    code, out, err = run(
+        "query", "events_by_kind", str(store), "--param", "trace_id=1; DROP TABLE events"
+    )
+    assert code == 2 and out == ""
+    assert err == "Error: query events_by_kind: parameter trace_id must be INTEGER, " \
+        "got '1; DROP TABLE events'\n"
+    assert events_in(store) == 3
+
+
+def test_query_events_by_kind(store: Path):
+    code, out, err = run("query", "events_by_kind", str(store), "--format", "csv")
+    assert code == 0, err
+    assert out.splitlines() == ["kind,events,total_ms", "cpu_op,2,0.007", "kernel,1,0.003"]
+
+
+def test_text_parameter_is_data(store: Path):
+    """A string parameter is bound as a value: the SQL it holds is never run."""
+    payload = "x'; DROP TABLE events; --"
+    with tracekit.open(store) as ts:
+        df = ts.sql("SELECT count(*) AS n, $name AS echoed FROM events WHERE name = $name",
+                    {"name": payload})
+        assert df.to_dicts() == [{"n": 0, "echoed": payload}]
+    assert events_in(store) == 3

@@ -1,0 +1,258 @@
+"""Report context, findings, renderers: figures equal SQL over the same store, golden md/json,
+hostile names, and a headless-Chromium check of the HTML."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import tracekit
+from tests.conftest import REPO, shared_params
+from tests.synth_kineto import generate
+from tracekit.report import write_report
+from tracekit.report.context import build_report_context
+from tracekit.report.findings import evaluate
+from tracekit.report.render import render_html, render_json, render_md
+
+GOLDEN = REPO / "tests" / "golden"
+HOSTILE = {
+    "tokenize": "</script><script>alert(1)</script>",
+    "model_forward": '"><img src=x onerror=alert(1)>',
+    "sm80_gemm_kernel": "gemm<T> & co",
+}
+HAS_NSYS_INGEST = importlib.util.find_spec("tracekit.ingest.nsys") is not None
+
+
+# ---- findings: small hand-made inputs ----
+def _stage(name: str, share: float, p50: float, p99: float | None = None) -> dict:
+    return {
+        "row_kind": "stage",
+        "stage": name,
+        "share": share,
+        "p50_ms": p50,
+        "p99_ms": p99 if p99 is not None else p50,
+    }
+
+
+def _ids(results: dict) -> set[str]:
+    return {f.id for f in evaluate(results)}
+
+
+def test_prepost_and_model_rules() -> None:
+    rows = [
+        _stage("preprocess", 0.25, 3),
+        _stage("inference", 0.6, 10),
+        _stage("postprocess", 0.1, 1),
+    ]
+    assert "prepost_dominant" in _ids({"stage_summary": rows})
+    rows[0]["share"] = 0.1
+    assert "prepost_dominant" not in _ids({"stage_summary": rows})
+    assert "model_slow" in _ids({"stage_summary": [_stage("inference", 0.9, 250)]})
+    assert "model_slow" not in _ids({"stage_summary": [_stage("inference", 0.9, 150)]})
+
+
+def test_attention_tail_memcpy_gpu_rules() -> None:
+    ops = [
+        {"stage": "inference", "name": "aten::bmm", "self_ms": 6.0, "stage_ops_self_ms": 10.0},
+        {"stage": "inference", "name": "aten::softmax", "self_ms": 0.5, "stage_ops_self_ms": 10.0},
+    ]
+    found = {f.id: f for f in evaluate({"top_ops": ops})}
+    assert found["attention_heavy"].numbers["share"] == pytest.approx(0.65)
+    assert found["attention_heavy"].query == "top_ops"
+    assert "attention_heavy" not in _ids({"top_ops": ops[1:]})
+    assert "tail_latency:inference" in _ids({"stage_summary": [_stage("inference", 1, 10, 25)]})
+    assert not _ids({"stage_summary": [_stage("inference", 1, 10, 19)]})
+    mem = [{"direction": "HtoD", "sync_count": 0, "pageable_count": 3}]
+    assert "memcpy_sync_pageable" in _ids({"memcpy_summary": mem})
+    util = [
+        {"scope": "stage", "name": "inference", "utilization": 0.3, "busy_ms": 3, "window_ms": 10}
+    ]
+    assert "gpu_idle_inference" in _ids(
+        {"gpu_utilization": util, "trace_overview": [{"gpu_events": 5}]}
+    )
+    # Only when GPU data exists.
+    assert "gpu_idle_inference" not in _ids(
+        {"gpu_utilization": util, "trace_overview": [{"gpu_events": 0}]}
+    )
+
+
+def test_length_growth_and_coverage_rules() -> None:
+    attrs = [
+        {"stage": "preprocess", "key": "seq_len", "value": n, "dur_ms": 0.01 * n + 1}
+        for n in (16, 32, 64, 128, 256)
+    ]
+    assert "length_growth:preprocess" in _ids({"stage_attributes": attrs})
+    assert not _ids({"stage_attributes": attrs[:4]})  # too few points
+    assert "low_gpu_coverage" in _ids({"top_kernels": [{"coverage": 0.5}]})
+    rows = [
+        {"row_kind": "unattributed", "stage": "unattributed", "share": 0.5},
+        {"row_kind": "end_to_end", "stage": "end_to_end", "share": 1.0},
+    ]
+    assert "low_request_coverage" in _ids({"stage_summary": rows})
+
+
+# ---- context vs SQL over the same store ----
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generate(tmp_path_factory.mktemp("rep") / "synth.json.gz")
+
+
+def test_figures_equal_hand_written_sql(synth: Path) -> None:
+    with tracekit.open(synth) as t:
+        ctx = build_report_context(t, [synth])
+        stage_sql = {
+            r["stage"]: r
+            for r in t.sql(
+                "SELECT stage, sum(dur_ns) / 1e6 AS ms, count(*) AS n FROM stages GROUP BY 1"
+            ).to_dicts()
+        }
+        kern_sql = {
+            r["name"]: r["ms"]
+            for r in t.sql(
+                "SELECT name, sum(dur_ns) / 1e6 AS ms FROM events WHERE kind = 'kernel' GROUP BY 1"
+            ).to_dicts()
+        }
+    fig = json.loads(render_json(ctx))["traces"][0]
+    for s in fig["stages"]:
+        if s["kind"] == "stage":
+            assert s["total_ms"] == pytest.approx(stage_sql[s["stage"]]["ms"], abs=1e-6)
+            assert s["instances"] == stage_sql[s["stage"]]["n"]
+    got: dict[str, float] = {}
+    for k in fig["top_kernels"]:
+        got[k["name"]] = got.get(k["name"], 0.0) + k["total_ms"]
+    assert got == pytest.approx(kern_sql)
+    assert fig["requests"]["count"] == 6 and len(fig["per_request"]) == 6
+
+
+def _normalise(text: str) -> str:
+    return text.replace(tracekit.__version__, "<version>")
+
+
+@pytest.mark.parametrize("fmt", ["md", "json"])
+def test_golden(synth: Path, fmt: str, request: pytest.FixtureRequest) -> None:
+    with tracekit.open(synth) as t:
+        ctx = build_report_context(t, [synth])
+    text = _normalise(render_md(ctx) if fmt == "md" else render_json(ctx))
+    golden = GOLDEN / f"report_synth.{fmt}"
+    if request.config.getoption("--update-golden") or not golden.exists():
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.scripts.append(data)
+
+
+def test_hostile_names_render_as_text(tmp_path: Path) -> None:
+    path = generate(tmp_path / "hostile.json.gz", names=HOSTILE)
+    with tracekit.open(path) as t:
+        ctx = build_report_context(t, [path])
+    html = render_html(ctx)
+    p = _Collect()
+    p.feed(html)
+    assert [t for t, _ in p.tags].count("script") == 2  # the JSON block and ours, nothing else
+    assert not any(t == "img" for t, _ in p.tags)
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "gemm&lt;T&gt; &amp; co" in html
+    data = json.loads(p.scripts[0])
+    names = {o["name"] for o in data["traces"][0]["top_ops"]}
+    assert HOSTILE["tokenize"] in names and HOSTILE["model_forward"] in names
+    csp = next(a["content"] for t, a in p.tags if a.get("http-equiv") == "Content-Security-Policy")
+    script_src = re.search(r"script-src ([^;]*)", csp).group(1)
+    assert "default-src 'none'" in csp and script_src.startswith("'sha256-")
+    assert "unsafe-inline" not in script_src
+    assert not re.search(r"""(src|href)=["']?https?:""", html)
+    md = render_md(ctx)
+    assert "</script>" not in md and "\\<img" in md
+
+
+@pytest.mark.parametrize("trace", shared_params("kineto_*.json.gz"))
+def test_report_renders_on_shared_kineto(trace: Path, copy_trace) -> None:
+    path = copy_trace(trace)
+    for fmt in ("html", "md", "json"):
+        out = write_report([path], fmt=fmt)
+        assert out.exists() and out.stat().st_size > 0
+    data = json.loads(out.read_text())
+    with tracekit.open(path) as t:
+        kernels = t.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"][0]
+        busy = t.query("gpu_utilization").filter(scope="trace")["busy_ms"][0]
+    assert data["traces"][0]["gpu"]["busy_ms"] == pytest.approx(busy, abs=1e-6)
+    assert sum(k["count"] for k in data["traces"][0]["top_kernels"]) <= kernels
+
+
+@pytest.mark.nsys
+@pytest.mark.skipif(not HAS_NSYS_INGEST, reason="tracekit.ingest.nsys not written yet")
+@pytest.mark.parametrize("trace", shared_params("nsys_*.sqlite"))
+def test_report_renders_on_shared_nsys(trace: Path, copy_trace) -> None:
+    path = copy_trace(trace)
+    out = write_report([path], fmt="json")
+    assert json.loads(out.read_text())["traces"][0]["format"] == "nsys"
+
+
+def test_large_request_counts_are_binned(tmp_path: Path) -> None:
+    path = generate(tmp_path / "many.json.gz", requests=400, layers=1)
+    with tracekit.open(path) as t:
+        ctx = build_report_context(t, [path])
+    req_table = next(x for x in ctx.traces[0].tables if x.query == "request_breakdown")
+    assert len(req_table.rows) == 50
+    assert len(req_table.charts[0].rects) <= 120 * 4
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_headless_chromium(synth: Path, tmp_path: Path) -> None:
+    out = write_report([synth], output=tmp_path / "r.html")
+    cmd = [
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--dump-dom",
+        f"{out.as_uri()}#sort-test",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    dom, log = proc.stdout, proc.stderr
+    assert re.search(r'<body[^>]*data-js="ok"', dom), log[-2000:]  # script ran under the CSP
+    assert 'data-sort-test="done"' in dom and 'data-traces="1"' in dom
+    assert not re.search(r"CONSOLE.*(Uncaught|Refused|Error)", log), log[-2000:]
+    p = _Collect()
+    p.feed(dom)
+    assert sum(1 for t, _ in p.tags if t == "rect") > 20  # charts drawn
+    table = dom[dom.index('id="t1-stages"') :]
+    table = table[: table.index("</table>")]
+    header = re.findall(r"<th[^>]*data-key=\"(\w+)\"", table)
+    col = header.index("total_ms")
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
+    values = [float(re.findall(r'data-sort="([^"]*)"', r)[col]) for r in rows]
+    assert values == sorted(values, reverse=True) and len(values) >= 3

@@ -1,0 +1,317 @@
+"""Stage and request annotations: `tracekit.stage("preprocess")` and `tracekit.request()`.
+
+Both work as context managers and as decorators::
+
+    with tracekit.request(batch=1):
+        with tracekit.stage("preprocess") as s:
+            ids = tokenize(text)
+            s.set(seq_len=len(ids))
+
+    @tracekit.stage("postprocess")
+    def decode(logits): ...
+
+Each range is emitted three ways, each only when something listens:
+
+- an NVTX push/pop range in domain ``tracekit`` with message ``<name>`` (``request`` for
+  requests), so nsys shows ``tracekit:preprocess``. Only when an NVTX injection library is
+  loaded (``NVTX_INJECTION64_PATH`` is set, as nsys does for the processes it profiles);
+  ``TRACEKIT_NVTX=1``/``0`` forces it on/off.
+- a torch.profiler ``record_function("tracekit:<name>")``, only when torch is already imported
+  and a profiler is enabled. torch is never imported here.
+- one JSON line per range in ``$TRACEKIT_ATTRIBUTES_DIR/attributes-<pid>.jsonl`` when that
+  variable is set (`tracekit capture` sets it). Format: docs/capture.md.
+
+With none of them active a stage costs a few hundred nanoseconds (bench/bench_annotate.py).
+
+A torch.profiler with a schedule advances once per request: `bind_profiler(prof)` (the capture
+runner calls it) makes the exit of each outermost `request()` call `prof.step()`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["bind_profiler", "bound_profiler", "flush", "request", "stage"]
+
+DOMAIN = "tracekit"
+PREFIX = "tracekit:"
+ATTRIBUTES_ENV = "TRACEKIT_ATTRIBUTES_DIR"
+REQUEST = "request"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_perf_ns = time.perf_counter_ns
+_native_id = threading.get_native_id
+
+
+class _State:
+    """Process-wide, lazily initialised switches and handles (one instance: `_S`)."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.nvtx_push: Callable[[str], None] | None = None
+        self.nvtx_pop: Callable[[], None] | None = None
+        self.sidecar: _Sidecar | None = None
+        self.torch: Any = None  # the torch module once seen in sys.modules
+        self.rf_enter: Any = None
+        self.rf_exit: Any = None
+        self.profiler_enabled: Callable[[], bool] | None = None
+        self.cuda_ok: bool | None = None
+        self.profiler: Any = None
+        self.step_lock = threading.Lock()
+        self.ordinals: dict[tuple[int, str], int] = {}
+        self.depth = threading.local()
+
+    def setup(self) -> None:
+        self.ready = True
+        forced = os.environ.get("TRACEKIT_NVTX")
+        want_nvtx = forced == "1" or (forced != "0" and bool(os.environ.get("NVTX_INJECTION64_PATH")))
+        if want_nvtx:
+            self.nvtx_push, self.nvtx_pop = _nvtx_handles()
+        directory = os.environ.get(ATTRIBUTES_ENV)
+        if directory:
+            self.sidecar = _Sidecar(Path(directory))
+
+    def find_torch(self) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is None or not hasattr(torch, "autograd"):
+            return None  # not imported, or still importing
+        self.torch = torch
+        self.profiler_enabled = torch.autograd._profiler_enabled
+        ops = torch.ops.profiler
+        self.rf_enter = ops._record_function_enter_new
+        self.rf_exit = ops._record_function_exit._RecordFunction
+        return torch
+
+
+_S = _State()
+
+
+def _nvtx_handles() -> tuple[Callable[[str], None] | None, Callable[[], None] | None]:
+    """Push/pop callables for the tracekit domain, with domain and message handles cached."""
+    try:
+        import nvtx
+    except ImportError:
+        return None, None
+    try:  # fast path: cached domain handle and event attributes (nvtx's own C functions)
+        from nvtx._lib.lib import pop_range as _pop
+        from nvtx._lib.lib import push_range as _push
+
+        domain = nvtx.get_domain(DOMAIN)
+        handle = domain.handle
+        attrs: dict[str, Any] = {}
+
+        def push(message: str) -> None:
+            a = attrs.get(message)
+            if a is None:
+                a = attrs[message] = domain.get_event_attributes(message=message)
+            _push(a, handle)
+
+        def pop() -> None:
+            _pop(handle)
+
+        return push, pop
+    except (ImportError, AttributeError):  # another nvtx layout: the public API
+        return (
+            lambda message: nvtx.push_range(message, domain=DOMAIN),
+            lambda: nvtx.pop_range(domain=DOMAIN),
+        )
+
+
+class _Sidecar:
+    """Buffered JSON-lines writer, one file per process (re-opened after a fork)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.pid = -1
+        self.fh: Any = None
+        self.lock = threading.Lock()
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
+        with self.lock:
+            pid = os.getpid()
+            if pid != self.pid:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self.fh = open(self.directory / f"attributes-{pid}.jsonl", "a", encoding="utf-8")
+                self.pid = pid
+            self.fh.write(line)
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.fh is not None and self.pid == os.getpid():
+                self.fh.flush()
+
+
+def flush() -> None:
+    """Write buffered attribute records to disk (also done at interpreter exit)."""
+    if _S.sidecar is not None:
+        _S.sidecar.flush()
+
+
+atexit.register(flush)
+
+
+def bind_profiler(prof: Any) -> None:
+    """Make each outermost `request()` exit call `prof.step()` (None unbinds).
+
+    The capture runner binds its torch.profiler so a schedule (wait/warmup/active) counts
+    requests without edits to the user's script. Users running their own scheduled profiler
+    may bind it too, instead of calling `prof.step()` themselves.
+    """
+    _S.profiler = prof
+
+
+def bound_profiler() -> Any:
+    """The profiler bound by `bind_profiler`, or None."""
+    return _S.profiler
+
+
+def _recording(prof: Any) -> bool | None:
+    """Whether the bound profiler keeps what happens now (None: no profiler bound)."""
+    if prof is None:
+        return None
+    action = getattr(prof, "current_action", None)
+    name = getattr(action, "name", "")
+    return name in ("RECORD", "RECORD_AND_SAVE") if name else None
+
+
+class _Range:
+    __slots__ = ("name", "label", "sync", "attrs", "kind", "_stack")
+
+    def __init__(self, name: str, kind: str, sync: bool, attrs: dict[str, Any]) -> None:
+        self.name = name
+        self.label = PREFIX + name
+        self.kind = kind
+        self.sync = sync
+        self.attrs = attrs
+        self._stack: list[tuple[Any, int, dict[str, Any]]] = []
+
+    def set(self, **attrs: Any) -> None:
+        """Add attributes to the range now open (e.g. seq_len, known once tokenized)."""
+        if self._stack:
+            self._stack[-1][2].update(attrs)
+        else:
+            self.attrs.update(attrs)
+
+    def __enter__(self) -> _Range:
+        s = _S
+        if not s.ready:
+            s.setup()
+        if self.sync:
+            _synchronize()
+        if s.nvtx_push is not None:
+            s.nvtx_push(self.name)
+        torch = s.torch if s.torch is not None else s.find_torch()
+        handle = None
+        if torch is not None and s.profiler_enabled():  # type: ignore[misc]
+            handle = s.rf_enter(self.label, None)
+        if self.kind == REQUEST:
+            d = s.depth
+            d.n = getattr(d, "n", 0) + 1
+        self._stack.append((handle, _perf_ns() if s.sidecar is not None else 0, dict(self.attrs)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        s = _S
+        handle, start, attrs = self._stack.pop()
+        if self.sync:
+            _synchronize()
+        end = _perf_ns() if s.sidecar is not None else 0
+        if handle is not None:
+            s.rf_exit(handle)
+        if s.nvtx_pop is not None:
+            s.nvtx_pop()
+        if s.sidecar is not None:
+            self._record(start, end, attrs)
+        if self.kind == REQUEST:
+            d = s.depth
+            d.n -= 1
+            if d.n == 0 and s.profiler is not None:
+                with s.step_lock:
+                    s.profiler.step()
+
+    def _record(self, start: int, end: int, attrs: dict[str, Any]) -> None:
+        s = _S
+        tid = _native_id()
+        key = (tid, self.name)
+        ordinal = s.ordinals.get(key, 0)
+        s.ordinals[key] = ordinal + 1
+        prof = s.profiler
+        record = {
+            "name": self.name,
+            "kind": self.kind,
+            "pid": os.getpid(),
+            "tid": tid,
+            "ordinal": ordinal,
+            "start_ns": start,
+            "end_ns": end,
+            "attrs": attrs,
+        }
+        if prof is not None:
+            record["torch_recorded"] = _recording(prof)
+            record["step"] = getattr(prof, "step_num", None)
+        s.sidecar.write(record)  # type: ignore[union-attr]
+
+    def __call__(self, fn: F) -> F:
+        name, kind, sync, attrs = self.name, self.kind, self.sync, self.attrs
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _Range(name, kind, sync, dict(attrs)):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def _synchronize() -> None:
+    s = _S
+    torch = s.torch if s.torch is not None else s.find_torch()
+    if torch is None:
+        return
+    if s.cuda_ok is None:
+        s.cuda_ok = bool(torch.cuda.is_available())
+    if s.cuda_ok:
+        torch.cuda.synchronize()
+
+
+def stage(name: str, sync: bool = False, **attrs: Any) -> _Range:
+    """A stage range `tracekit:<name>`: context manager or decorator.
+
+    `attrs` (batch size, seq len, padded tokens ...) go to the capture's attribute sidecar;
+    more can be added inside the range with `.set(...)`.
+
+    `sync=True` calls `torch.cuda.synchronize()` at entry and exit when CUDA is available, so
+    the range's host time includes the GPU work queued inside it. The cost: the host waits for
+    every kernel queued before the stage and inside it, which removes CPU/GPU overlap and
+    usually makes the whole request slower; use it to measure, not in production.
+    """
+    if not name or name == REQUEST or ":" in name:
+        raise ValueError(f"stage name must be non-empty, without ':' and not 'request': {name!r}")
+    return _Range(name, "stage", sync, attrs)
+
+
+def request(**attrs: Any) -> _Range:
+    """A request range `tracekit:request`: context manager or decorator.
+
+    The exit of an outermost request advances a profiler bound with `bind_profiler`.
+    """
+    return _Range(REQUEST, REQUEST, False, attrs)
+
+
+def _reset_for_tests() -> None:
+    """Forget cached switches so a changed environment is read again (tests only)."""
+    flush()
+    global _S
+    profiler = _S.profiler
+    _S = _State()
+    _S.profiler = profiler

@@ -1,0 +1,385 @@
+"""`build_report_context(traces)`: one plain object holding every figure the report shows.
+
+All numbers come from the named queries in queries/ (the same SQL `tracekit query` runs);
+this module only formats them and lays out charts. Renderers (render.py) and templates
+compute nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tracekit
+from tracekit.errors import TraceFormatError
+from tracekit.report import charts
+from tracekit.report.figures import (
+    GAP_COLS,
+    GPU_COLS,
+    KERNEL_COLS,
+    LAUNCH_COLS,
+    MEMCPY_COLS,
+    OPS_COLS,
+    OVERVIEW_COLS,
+    REQ_COLS,
+    STAGE_COLS,
+    figures,
+)
+from tracekit.report.findings import Finding, evaluate
+from tracekit.sql import load_query
+from tracekit.traceset import TraceSet
+
+HTML_REQUEST_ROWS = 50  # slowest requests listed in the HTML/md table (JSON has all)
+ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str = field(metadata={"help": "the value as shown"})
+    sort: str = field(metadata={"help": "sort key (a number as text for numeric columns)"})
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str = field(metadata={"help": "the query's column name"})
+    label: str = field(metadata={"help": "header text"})
+    numeric: bool = field(metadata={"help": "right-aligned, sorted as numbers"})
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of query rows, with the SQL that produced it."""
+
+    id: str = field(metadata={"help": "HTML id, unique in the report"})
+    title: str = field(metadata={"help": "section heading"})
+    query: str = field(metadata={"help": "queries/<name>.sql that produced the rows"})
+    params: str = field(metadata={"help": "parameters the query ran with"})
+    sql: str = field(metadata={"help": "the query text"})
+    columns: tuple[Column, ...] = field(metadata={"help": "shown columns"})
+    rows: tuple[tuple[Cell, ...], ...] = field(metadata={"help": "formatted cells"})
+    note: str = field(default="", metadata={"help": "a line under the table"})
+    charts: tuple[charts.Chart, ...] = field(default=(), metadata={"help": "drawn after it"})
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The headline: end-to-end latency and where it goes."""
+
+    requests: int = field(metadata={"help": "requests in the trace"})
+    source: str = field(metadata={"help": "where requests came from (tracekit:request ...)"})
+    p50_ms: float | None = field(metadata={"help": "end-to-end p50 (quantile_cont)"})
+    p99_ms: float | None = field(metadata={"help": "end-to-end p99"})
+    mean_ms: float | None = field(metadata={"help": "end-to-end mean"})
+    throughput_rps: float | None = field(metadata={"help": "requests / (last end - first start)"})
+    split: tuple[tuple[str, float, float], ...] = field(
+        metadata={"help": "(stage, total ms, share of end-to-end), unattributed last"}
+    )
+    sentence: str = field(metadata={"help": "the answer in one sentence"})
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    """Everything about one trace of the input."""
+
+    trace_id: int = field(metadata={"help": "1..N in input order"})
+    title: str = field(metadata={"help": "file name and format"})
+    answer: Answer = field(metadata={"help": "headline figures"})
+    findings: tuple[Finding, ...] = field(metadata={"help": "rule results, most severe first"})
+    split_chart: charts.Chart | None = field(metadata={"help": "stage split bar (the answer)"})
+    tables: tuple[Table, ...] = field(metadata={"help": "stage, request, ops, kernels ... tables"})
+    figures: Mapping[str, Any] = field(metadata={"help": "the JSON report's trace object"})
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """The one object the templates receive."""
+
+    title: str = field(metadata={"help": "report title"})
+    tracekit_version: str = field(metadata={"help": "tracekit version that wrote the report"})
+    inputs: tuple[str, ...] = field(metadata={"help": "input names as given (base names)"})
+    traces: tuple[TraceReport, ...] = field(metadata={"help": "one section per trace"})
+    environment: tuple[tuple[str, str], ...] = field(
+        metadata={"help": "capture.json facts (command, versions, devices); never env values"}
+    )
+
+
+def _fmt(v: Any, key: str) -> Cell:
+    if v is None:
+        return Cell("", "")
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return Cell("", "")
+        if key.startswith("share") or key in ("utilization", "coverage"):
+            return Cell(f"{v:.1%}", repr(v))
+        if key.endswith("_us"):
+            return Cell(f"{v:.1f}", repr(v))
+        if key == "gb_per_s":
+            return Cell(f"{v:.2f}", repr(v))
+        return Cell(f"{v:.3f}", repr(v))
+    if isinstance(v, bool):
+        return Cell(str(v).lower(), str(int(v)))
+    if isinstance(v, int):
+        return Cell(str(v), str(v))
+    return Cell(str(v), str(v))
+
+
+def make_table(
+    tid: str,
+    title: str,
+    query: str,
+    params: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    note: str = "",
+    drawn: Sequence[charts.Chart] = (),
+) -> Table:
+    cols = []
+    for key, label in columns:
+        numeric = any(
+            isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool) for r in rows
+        )
+        cols.append(Column(key, label, numeric))
+    cells = tuple(tuple(_fmt(r.get(c.key), c.key) for c in cols) for r in rows)
+    shown = ", ".join(f"{k}={v}" for k, v in params.items())
+    return Table(
+        tid, title, query, shown, load_query(query).text, tuple(cols), cells, note, tuple(drawn)
+    )
+
+
+def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
+    """Rows of every report query for one trace (top_ops_all: every op, for the findings)."""
+    q = {
+        name: ts.query(name, trace_id=trace_id).to_dicts()
+        for name in (
+            "trace_overview",
+            "stage_summary",
+            "request_breakdown",
+            "gpu_utilization",
+            "memcpy_summary",
+            "launch_overhead",
+            "stage_attributes",
+        )
+    }
+    q["top_ops"] = ts.query("top_ops", trace_id=trace_id, limit=top_n).to_dicts()
+    q["top_ops_all"] = ts.query("top_ops", trace_id=trace_id, limit=2**31 - 1).to_dicts()
+    q["top_kernels"] = ts.query("top_kernels", trace_id=trace_id, limit=top_n).to_dicts()
+    q["idle_gaps"] = ts.query("idle_gaps", trace_id=trace_id, limit=10).to_dicts()
+    return q
+
+
+def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
+    rows = q["stage_summary"]
+    e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
+    split = tuple(
+        (r["stage"], r["total_ms"], r["share"] or 0.0)
+        for r in rows
+        if r["row_kind"] != "end_to_end"
+    )
+    reqs = q["request_breakdown"]
+    rps = None
+    if len(reqs) > 1:
+        span = max(r["start_ms"] + r["e2e_ms"] for r in reqs) - min(r["start_ms"] for r in reqs)
+        rps = len(reqs) / (span / 1e3) if span > 0 else None
+    overview = q["trace_overview"][0]
+    if e2e:
+        parts = ", ".join(
+            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
+        )
+        sentence = (
+            f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
+            f"p99 {e2e['p99_ms']:.3f} ms; per request on average: {parts}."
+        )
+    elif split:
+        sentence = "No requests found; stage totals are shares of the trace span."
+    else:
+        sentence = (
+            "No requests or stages found: annotate with tracekit.request()/stage() or "
+            "pass --stage NAME=REGEX."
+        )
+    return Answer(
+        len(reqs),
+        overview.get("request_source") or "",
+        e2e and e2e["p50_ms"],
+        e2e and e2e["p99_ms"],
+        e2e and e2e["mean_ms"],
+        rps,
+        split,
+        sentence,
+    )
+
+
+def _request_values(reqs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, float]], list[str]]:
+    values, order = [], []
+    for r in reqs:
+        d = {k: float(v) for k, v in json.loads(r["stages_json"]).items()}
+        for k in d:
+            if k not in order:
+                order.append(k)
+        d["unattributed"] = float(r["unattributed_ms"])
+        values.append(d)
+    return values, order + ["unattributed"]
+
+
+def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
+    q = run_queries(ts, trace_id, top_n)
+    findings = evaluate({**q, "top_ops": q["top_ops_all"]})
+    answer = _answer(q)
+    p = {"trace_id": trace_id}
+    pl = {"trace_id": trace_id, "limit": top_n}
+    values, order = _request_values(q["request_breakdown"])
+    colors = charts.stage_colors([n for n, _, _ in answer.split] + order)
+    split = (
+        charts.split_bar([(n, ms) for n, ms, _ in answer.split], colors) if answer.split else None
+    )
+    req_charts = (
+        [charts.request_bars(values, order, colors, f"t{trace_id}-requests")] if values else []
+    )
+    busy_rows = [
+        (str(r["name"]), r["busy_ms"], r["window_ms"])
+        for r in q["gpu_utilization"]
+        if r["scope"] in ("trace", "stage")
+    ]
+    gpu_charts = (
+        [charts.busy_bars(busy_rows, f"t{trace_id}-gpu-busy")]
+        if q["trace_overview"][0]["gpu_events"]
+        else []
+    )
+    hists = list(
+        charts.histogram([v[s] for v in values if s in v], s, colors[s], f"t{trace_id}-hist-{i}")
+        for i, s in enumerate(order)
+    )
+    slowest = sorted(q["request_breakdown"], key=lambda r: (-r["e2e_ms"], r["request_id"]))
+    n_req = len(slowest)
+    t = f"t{trace_id}"
+    tables = (
+        make_table(
+            f"{t}-overview", "Trace", "trace_overview", p, q["trace_overview"], OVERVIEW_COLS
+        ),
+        make_table(
+            f"{t}-stages",
+            "Stages",
+            "stage_summary",
+            p,
+            q["stage_summary"],
+            STAGE_COLS,
+            "Statistics across requests of per-request stage totals; percentiles are "
+            "quantile_cont (linear interpolation).",
+            hists,
+        ),
+        make_table(
+            f"{t}-requests",
+            "Requests (slowest first)",
+            "request_breakdown",
+            p,
+            slowest[:HTML_REQUEST_ROWS],
+            REQ_COLS,
+            f"{min(n_req, HTML_REQUEST_ROWS)} of {n_req} requests shown; the JSON report has all."
+            if n_req > HTML_REQUEST_ROWS
+            else "",
+            req_charts,
+        ),
+        make_table(f"{t}-ops", "Top host ops per stage", "top_ops", pl, q["top_ops"], OPS_COLS),
+        make_table(
+            f"{t}-kernels",
+            "Top GPU kernels per stage",
+            "top_kernels",
+            pl,
+            q["top_kernels"],
+            KERNEL_COLS,
+        ),
+        make_table(
+            f"{t}-gpu",
+            "GPU busy / idle",
+            "gpu_utilization",
+            p,
+            [r for r in q["gpu_utilization"] if r["scope"] != "request"],
+            GPU_COLS,
+            "Per-request GPU busy time is in the requests table.",
+            gpu_charts,
+        ),
+        make_table(
+            f"{t}-gaps",
+            "Longest GPU idle gaps",
+            "idle_gaps",
+            {**p, "limit": 10},
+            q["idle_gaps"],
+            GAP_COLS,
+        ),
+        make_table(
+            f"{t}-memcpy", "Memory copies", "memcpy_summary", p, q["memcpy_summary"], MEMCPY_COLS
+        ),
+        make_table(
+            f"{t}-launch",
+            "Launch overhead",
+            "launch_overhead",
+            p,
+            q["launch_overhead"],
+            LAUNCH_COLS,
+        ),
+    )
+    ov = q["trace_overview"][0]
+    return TraceReport(
+        trace_id,
+        f"{ov['file']} ({ov['format']}, {ov['tool_version']})",
+        answer,
+        tuple(findings),
+        split,
+        tables,
+        figures(q, answer, findings),
+    )
+
+
+def scrub_env(value: Any) -> Any:
+    """Drop environment-variable maps at any depth (they carry tokens and keys)."""
+    if isinstance(value, dict):
+        return {k: scrub_env(v) for k, v in value.items() if str(k).lower() not in ENV_KEYS}
+    if isinstance(value, list):
+        return [scrub_env(v) for v in value]
+    return value
+
+
+def load_capture(paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
+    """Facts from capture.json of a run dir among the inputs (command, versions, devices)."""
+    for p in paths:
+        f = p / "capture.json" if p.is_dir() else None
+        if f is None or not f.is_file():
+            continue
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise TraceFormatError(f"{f}: not valid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise TraceFormatError(f"{f}: expected a JSON object")
+        out = []
+        for k, v in sorted(scrub_env(data).items()):
+            if (
+                isinstance(v, list)
+                and k in ("command", "argv")
+                and all(isinstance(a, str) for a in v)
+            ):
+                out.append((k, " ".join(v)))
+            else:
+                out.append((k, v if isinstance(v, str) else json.dumps(v, sort_keys=True)))
+        return tuple(out)
+    return ()
+
+
+def build_report_context(
+    ts: TraceSet, inputs: Sequence[Path] = (), top_n: int = 15, title: str = "tracekit report"
+) -> ReportContext:
+    """Run the report queries over every trace of `ts` and lay out the report."""
+    ids = [r[0] for r in ts.con.execute("SELECT trace_id FROM traces ORDER BY 1").fetchall()]
+    if not ids:
+        raise TraceFormatError("the store holds no traces")
+    traces = tuple(_trace_report(ts, i, top_n) for i in ids)
+    return ReportContext(
+        title,
+        tracekit.__version__,
+        tuple(p.name for p in inputs),
+        traces,
+        load_capture(list(inputs)),
+    )

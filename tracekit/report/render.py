@@ -1,0 +1,100 @@
+"""Renderers: the report context as one self-contained HTML file, Markdown, or JSON.
+
+One jinja environment: autoescape on for HTML templates, StrictUndefined everywhere. The
+inline script is a fixed asset whose sha256 goes into the page's Content-Security-Policy;
+data for it travels only as JSON in a <script type="application/json"> block.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+import jinja2
+
+from tracekit.report.context import ReportContext
+
+FORMATS = ("html", "md", "json")
+JSON_SCHEMA_VERSION = 1
+
+
+def md_escape(value: object) -> str:
+    """A table-safe Markdown cell on one line: backslash, pipe, angle brackets, backtick escaped."""
+    text = " ".join(str(value).split())
+    for ch in ("\\", "|", "<", ">", "`"):
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("tracekit.templates", "."),
+        autoescape=jinja2.select_autoescape(
+            enabled_extensions=("html.j2",), default_for_string=True, default=False
+        ),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["md"] = md_escape
+    return env
+
+
+@cache
+def script() -> tuple[str, str]:
+    """(inline script text, its CSP source 'sha256-...')."""
+    text = files("tracekit.templates").joinpath("report.js.j2").read_text()
+    digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+    return text, f"sha256-{digest}"
+
+
+def report_json(ctx: ReportContext) -> dict[str, Any]:
+    """The machine-readable report (docs/report.md documents the keys)."""
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "tracekit_version": ctx.tracekit_version,
+        "inputs": list(ctx.inputs),
+        "environment": dict(ctx.environment),
+        "traces": [dict(t.figures) for t in ctx.traces],
+    }
+
+
+def json_for_script(data: Any) -> str:
+    """JSON safe inside <script>: '<', '>' and '&' as \\u escapes, so no '</script>'."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_html(ctx: ReportContext) -> str:
+    text, digest = script()
+    return (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            ctx=ctx, script=text, script_hash=digest, data_json=json_for_script(report_json(ctx))
+        )
+    )
+
+
+def render_md(ctx: ReportContext) -> str:
+    return environment().get_template("report.md.j2").render(ctx=ctx)
+
+
+def render_json(ctx: ReportContext) -> str:
+    return json.dumps(report_json(ctx), sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def render(ctx: ReportContext, fmt: str) -> str:
+    if fmt == "html":
+        return render_html(ctx)
+    if fmt == "md":
+        return render_md(ctx)
+    if fmt == "json":
+        return render_json(ctx)
+    raise ValueError(f"unknown report format {fmt!r}")
