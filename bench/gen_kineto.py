@@ -92,7 +92,7 @@ class _Gen:
     def annotation(self, name: str, ts: float, dur: float) -> None:
         ext = self._ext()
         self.x("user_annotation", name, PID, TID, ts, dur,
-               f'      "External id": {ext}, "Record function id": 0, "Ev Idx": {self.count}')  # fmt: skip
+               f'      "External id": {ext}, "Record function id": 0, "Ev Idx": {self.count}')
 
     def _ext(self) -> int:
         self.ext += 1

@@ -50,6 +50,8 @@ REQUEST = "request"
 F = TypeVar("F", bound=Callable[..., Any])
 
 _perf_ns = time.perf_counter_ns
+_modules = sys.modules
+_VALID_NAMES: set[str] = set()
 _native_id = threading.get_native_id
 
 
@@ -62,8 +64,7 @@ class _State:
         self.nvtx_pop: Callable[[], None] | None = None
         self.sidecar: _Sidecar | None = None
         self.torch: Any = None  # the torch module once seen in sys.modules
-        self.rf_enter: Any = None
-        self.rf_exit: Any = None
+        self.record_function: Any = None
         self.profiler_enabled: Callable[[], bool] | None = None
         self.cuda_ok: bool | None = None
         self.profiler: Any = None
@@ -74,7 +75,8 @@ class _State:
     def setup(self) -> None:
         self.ready = True
         forced = os.environ.get("TRACEKIT_NVTX")
-        want_nvtx = forced == "1" or (forced != "0" and bool(os.environ.get("NVTX_INJECTION64_PATH")))
+        injected = bool(os.environ.get("NVTX_INJECTION64_PATH"))
+        want_nvtx = forced == "1" or (forced != "0" and injected)
         if want_nvtx:
             self.nvtx_push, self.nvtx_pop = _nvtx_handles()
         directory = os.environ.get(ATTRIBUTES_ENV)
@@ -87,9 +89,7 @@ class _State:
             return None  # not imported, or still importing
         self.torch = torch
         self.profiler_enabled = torch.autograd._profiler_enabled
-        ops = torch.ops.profiler
-        self.rf_enter = ops._record_function_enter_new
-        self.rf_exit = ops._record_function_exit._RecordFunction
+        self.record_function = torch.autograd.profiler.record_function
         return torch
 
 
@@ -128,28 +128,36 @@ def _nvtx_handles() -> tuple[Callable[[str], None] | None, Callable[[], None] | 
 
 
 class _Sidecar:
-    """Buffered JSON-lines writer, one file per process (re-opened after a fork)."""
+    """Buffered JSON-lines writer, one file per process (re-opened after a fork).
+
+    Records are kept as dicts and serialised in batches, off the ranges' critical path."""
+
+    BATCH = 2048
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.pid = -1
-        self.fh: Any = None
+        self.pid = os.getpid()
+        self.pending: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
-        with self.lock:
-            pid = os.getpid()
-            if pid != self.pid:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                self.fh = open(self.directory / f"attributes-{pid}.jsonl", "a", encoding="utf-8")
-                self.pid = pid
-            self.fh.write(line)
+        if record["pid"] != self.pid:  # forked child: drop the parent's buffer
+            with self.lock:
+                self.pid, self.pending = record["pid"], []
+        self.pending.append(record)
+        if len(self.pending) >= self.BATCH:
+            self.flush()
 
     def flush(self) -> None:
         with self.lock:
-            if self.fh is not None and self.pid == os.getpid():
-                self.fh.flush()
+            if not self.pending or self.pid != os.getpid():
+                return
+            batch, self.pending = self.pending, []
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"attributes-{self.pid}.jsonl"
+            with open(path, "a", encoding="utf-8") as fh:
+                for r in batch:
+                    fh.write(json.dumps(r, default=str, separators=(",", ":")) + "\n")
 
 
 def flush() -> None:
@@ -186,15 +194,14 @@ def _recording(prof: Any) -> bool | None:
 
 
 class _Range:
-    __slots__ = ("name", "label", "sync", "attrs", "kind", "_stack")
+    __slots__ = ("name", "sync", "attrs", "kind", "_stack")
 
     def __init__(self, name: str, kind: str, sync: bool, attrs: dict[str, Any]) -> None:
         self.name = name
-        self.label = PREFIX + name
         self.kind = kind
         self.sync = sync
         self.attrs = attrs
-        self._stack: list[tuple[Any, int, dict[str, Any]]] = []
+        self._stack: list[tuple[Any, int, dict[str, Any], Any]] = []
 
     def set(self, **attrs: Any) -> None:
         """Add attributes to the range now open (e.g. seq_len, known once tokenized)."""
@@ -211,56 +218,61 @@ class _Range:
             _synchronize()
         if s.nvtx_push is not None:
             s.nvtx_push(self.name)
-        torch = s.torch if s.torch is not None else s.find_torch()
+        torch = s.torch
+        if torch is None and "torch" in _modules:
+            torch = s.find_torch()
         handle = None
         if torch is not None and s.profiler_enabled():  # type: ignore[misc]
-            handle = s.rf_enter(self.label, None)
-        if self.kind == REQUEST:
+            handle = s.record_function(PREFIX + self.name)
+            handle.__enter__()
+        if s.profiler is not None and self.kind == REQUEST:
             d = s.depth
             d.n = getattr(d, "n", 0) + 1
-        self._stack.append((handle, _perf_ns() if s.sidecar is not None else 0, dict(self.attrs)))
+        if s.sidecar is None:
+            self._stack.append((handle, 0, self.attrs, None))
+            return self
+        key = (_native_id(), self.name)
+        ordinal = s.ordinals.get(key, 0)
+        s.ordinals[key] = ordinal + 1
+        prof = s.profiler
+        extra = None if prof is None else (_recording(prof), getattr(prof, "step_num", None))
+        self._stack.append((handle, _perf_ns(), dict(self.attrs), (ordinal, extra)))
         return self
 
     def __exit__(self, *exc: object) -> None:
         s = _S
-        handle, start, attrs = self._stack.pop()
+        handle, start, attrs, info = self._stack.pop()
         if self.sync:
             _synchronize()
-        end = _perf_ns() if s.sidecar is not None else 0
+        end = _perf_ns() if info is not None else 0
         if handle is not None:
-            s.rf_exit(handle)
+            handle.__exit__(None, None, None)
         if s.nvtx_pop is not None:
             s.nvtx_pop()
-        if s.sidecar is not None:
-            self._record(start, end, attrs)
-        if self.kind == REQUEST:
+        if info is not None and s.sidecar is not None:
+            self._record(start, end, attrs, info)
+        if s.profiler is not None and self.kind == REQUEST:
             d = s.depth
-            d.n -= 1
-            if d.n == 0 and s.profiler is not None:
+            d.n = getattr(d, "n", 1) - 1
+            if d.n == 0:
                 with s.step_lock:
                     s.profiler.step()
 
-    def _record(self, start: int, end: int, attrs: dict[str, Any]) -> None:
-        s = _S
-        tid = _native_id()
-        key = (tid, self.name)
-        ordinal = s.ordinals.get(key, 0)
-        s.ordinals[key] = ordinal + 1
-        prof = s.profiler
+    def _record(self, start: int, end: int, attrs: dict[str, Any], info: Any) -> None:
+        ordinal, extra = info
         record = {
             "name": self.name,
             "kind": self.kind,
             "pid": os.getpid(),
-            "tid": tid,
+            "tid": _native_id(),
             "ordinal": ordinal,
             "start_ns": start,
             "end_ns": end,
             "attrs": attrs,
         }
-        if prof is not None:
-            record["torch_recorded"] = _recording(prof)
-            record["step"] = getattr(prof, "step_num", None)
-        s.sidecar.write(record)  # type: ignore[union-attr]
+        if extra is not None:
+            record["torch_recorded"], record["step"] = extra
+        _S.sidecar.write(record)  # type: ignore[union-attr]
 
     def __call__(self, fn: F) -> F:
         name, kind, sync, attrs = self.name, self.kind, self.sync, self.attrs
@@ -295,8 +307,12 @@ def stage(name: str, sync: bool = False, **attrs: Any) -> _Range:
     every kernel queued before the stage and inside it, which removes CPU/GPU overlap and
     usually makes the whole request slower; use it to measure, not in production.
     """
-    if not name or name == REQUEST or ":" in name:
-        raise ValueError(f"stage name must be non-empty, without ':' and not 'request': {name!r}")
+    if name not in _VALID_NAMES:
+        if not isinstance(name, str) or not name or name == REQUEST or ":" in name:
+            raise ValueError(
+                f"stage name must be a non-empty str without ':', not 'request': {name!r}"
+            )
+        _VALID_NAMES.add(name)
     return _Range(name, "stage", sync, attrs)
 
 

@@ -169,7 +169,7 @@ def request_bars(
     bw = plot_w / max(len(bins), 1)
     rects = []
     for i, ((label, _), m) in enumerate(zip(bins, means, strict=True)):
-        y = H - BOTTOM
+        y: float = H - BOTTOM
         for k in order:
             h = m[k] / top * plot_h
             if h > 0:

@@ -203,9 +203,9 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     return Answer(
         len(reqs),
         overview.get("request_source") or "",
-        e2e and e2e["p50_ms"],
-        e2e and e2e["p99_ms"],
-        e2e and e2e["mean_ms"],
+        e2e["p50_ms"] if e2e else None,
+        e2e["p99_ms"] if e2e else None,
+        e2e["mean_ms"] if e2e else None,
         rps,
         split,
         sentence,

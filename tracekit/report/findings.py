@@ -194,20 +194,20 @@ def rule_length_growth(results: Results) -> Iterable[Finding]:
         if len(points) < 5:
             continue
         xs, ys = [p[0] for p in points], [p[1] for p in points]
-        r = _pearson(xs, ys)
+        corr = _pearson(xs, ys)
         mx = sum(xs) / len(xs)
         sxx = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - sum(ys) / len(ys)) for x, y in points) / sxx if sxx else 0.0
-        if r >= 0.8 and slope > 0:
+        if corr >= 0.8 and slope > 0:
             yield Finding(
                 f"length_growth:{stage}",
                 "info",
                 f"{stage} time grows with {key}",
-                f"correlation {r:.2f} over {len(points)} ranges; +{slope * 100:.3f} ms per 100 "
+                f"correlation {corr:.2f} over {len(points)} ranges; +{slope * 100:.3f} ms per 100 "
                 f"{key}",
                 "stage_attributes",
                 "Cap or bucket input lengths, truncate early, batch tokenization.",
-                {"correlation": r, "ms_per_unit": slope},
+                {"correlation": corr, "ms_per_unit": slope},
             )
 
 

@@ -73,12 +73,11 @@ def json_for_script(data: Any) -> str:
 
 def render_html(ctx: ReportContext) -> str:
     text, digest = script()
-    return (
-        environment()
-        .get_template("report.html.j2")
-        .render(
-            ctx=ctx, script=text, script_hash=digest, data_json=json_for_script(report_json(ctx))
-        )
+    data = report_json(ctx)  # per-request rows stay in the JSON report: the page stays small
+    data["traces"] = [{k: v for k, v in t.items() if k != "per_request"} for t in data["traces"]]
+    template = environment().get_template("report.html.j2")
+    return template.render(
+        ctx=ctx, script=text, script_hash=digest, data_json=json_for_script(data)
     )
 
 

@@ -1,0 +1,180 @@
+"""`--stage NAME=module:function`: wrap functions in a stage without editing the user's code.
+
+Two mechanisms, both installed by the capture runner before the user's code runs:
+
+- For the script (or `-m` module) run as `__main__` (spelled `__main__:fn` or `<stem>:fn`, e.g.
+  `infer:tokenize` for `infer.py`), the code is executed with a namespace that wraps the
+  target the moment the script binds its name, so calls made later by the script itself go
+  through the stage.
+- For any other module, a `sys.meta_path` finder wraps the target right after the module is
+  executed, before the importer returns, so `from mod import fn` gets the wrapped function.
+  Modules already imported are patched at once.
+
+Targets may be dotted within the module (`model:Encoder.forward`).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from tracekit.errors import ConfigError
+
+MAIN = "__main__"
+
+
+@dataclass(frozen=True)
+class StageTarget:
+    stage: str
+    module: str
+    attr: str  # dotted path inside the module
+
+    @property
+    def spec(self) -> str:
+        return f"{self.stage}={self.module}:{self.attr}"
+
+
+def parse_target(text: str) -> StageTarget:
+    """Parse `NAME=module:function` (function may be dotted: `Class.method`)."""
+    stage, sep, rest = text.partition("=")
+    module, colon, attr = rest.partition(":")
+    if not sep or not colon or not stage.strip() or not module.strip() or not attr.strip():
+        raise ConfigError(f"--stage: expected NAME=module:function, got {text!r}")
+    if stage.strip() == "request" or ":" in stage:
+        raise ConfigError(f"--stage: {stage!r} is not a usable stage name")
+    return StageTarget(stage.strip(), module.strip(), attr.strip())
+
+
+def _wrap(fn: Any, stage_name: str) -> Any:
+    if getattr(fn, "__tracekit_stage__", None) == stage_name or not callable(fn):
+        return fn
+    from tracekit.annotate import stage
+
+    if isinstance(fn, (staticmethod, classmethod)):
+        return type(fn)(_wrap(fn.__func__, stage_name))
+    wrapped = stage(stage_name)(fn)
+    wrapped.__tracekit_stage__ = stage_name  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _patch_attr(obj: Any, path: list[str], stage_name: str) -> bool:
+    """Wrap obj.<path> in place; False when the attribute chain does not exist (yet)."""
+    for part in path[:-1]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    last = path[-1]
+    raw = obj.__dict__.get(last) if isinstance(obj, type) else getattr(obj, last, None)
+    if raw is None:
+        return False
+    setattr(obj, last, _wrap(raw, stage_name))
+    return True
+
+
+class StageHooks:
+    """Installed targets; `applied` lists what was wrapped, `missing()` what never was."""
+
+    def __init__(self, targets: Sequence[StageTarget], main_aliases: Sequence[str]) -> None:
+        self.main_targets = [t for t in targets if t.module in (MAIN, *main_aliases)]
+        self.module_targets = [t for t in targets if t not in self.main_targets]
+        self.applied: set[StageTarget] = set()
+        self._finder: _Finder | None = None
+
+    def install(self) -> None:
+        pending = []
+        for t in self.module_targets:
+            mod = sys.modules.get(t.module)
+            if mod is not None and _patch_attr(mod, t.attr.split("."), t.stage):
+                self.applied.add(t)
+            else:
+                pending.append(t)
+        if pending:
+            self._finder = _Finder(self, pending)
+            sys.meta_path.insert(0, self._finder)
+
+    def main_namespace(self, globals_: dict[str, Any]) -> MutableMapping[str, Any] | dict:
+        """The locals mapping to exec `__main__` code with (the dict itself if no targets)."""
+        if not self.main_targets:
+            return globals_
+        return _MainNamespace(globals_, self)
+
+    def missing(self) -> list[StageTarget]:
+        return [t for t in (*self.main_targets, *self.module_targets) if t not in self.applied]
+
+    def uninstall(self) -> None:
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+
+
+class _MainNamespace(MutableMapping[str, Any]):
+    """Module-level locals of `__main__` that write through to its globals, wrapping targets."""
+
+    def __init__(self, globals_: dict[str, Any], hooks: StageHooks) -> None:
+        self.g = globals_
+        self.hooks = hooks
+        self.by_name: dict[str, list[StageTarget]] = {}
+        for t in hooks.main_targets:
+            self.by_name.setdefault(t.attr.split(".")[0], []).append(t)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.g[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        for t in self.by_name.get(key, ()):
+            path = t.attr.split(".")
+            if len(path) == 1:
+                value = _wrap(value, t.stage)
+                self.hooks.applied.add(t)
+            elif _patch_attr(value, path[1:], t.stage):
+                self.hooks.applied.add(t)
+        self.g[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.g[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.g)
+
+    def __len__(self) -> int:
+        return len(self.g)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, hooks: StageHooks, pending: list[StageTarget]) -> None:
+        self.hooks = hooks
+        self.pending = {t.module: [u for u in pending if u.module == t.module] for t in pending}
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        targets = self.pending.get(fullname)
+        if not targets:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+        hooks = self.hooks
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            for t in targets:
+                if _patch_attr(module, t.attr.split("."), t.stage):
+                    hooks.applied.add(t)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        del self.pending[fullname]
+        return spec

@@ -1,0 +1,192 @@
+"""Child-side runner: run a Python script, `-m module` or `-c code` as `__main__`, optionally
+under torch.profiler, with `--stage` hooks installed. Started by `tracekit capture`:
+
+    python -m tracekit.capture.torch_runner [--trace OUT.json] [--cuda] [--schedule W,WU,A]
+        [--stage NAME=module:function ...] [--duration S] -- script.py ARGS...
+
+Without `--trace` no profiler runs (the nsys half of a two-run capture uses it for `--stage`).
+The profiler records CPU activity always, CUDA activity only with `--cuda` (the capture plan
+never asks for it in a process nsys traces: both would use CUPTI). It is bound to
+`tracekit.annotate.bind_profiler`, so each request advances a schedule. The trace is written
+(temp file + rename) when the script ends, fails, exits, or is stopped by SIGTERM or
+`--duration`; the runner exits with the script's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+from tracekit.capture.stage_hooks import StageHooks, parse_target
+
+
+class _Stopped(BaseException):
+    """Raised in the main thread by SIGTERM or the --duration alarm."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" not in argv:
+        raise SystemExit("tracekit runner: expected -- before the target")
+    cut = argv.index("--")
+    ap = argparse.ArgumentParser(prog="python -m tracekit.capture.torch_runner")
+    ap.add_argument("--trace", type=Path)
+    ap.add_argument("--cuda", action="store_true")
+    ap.add_argument("--schedule", type=str)
+    ap.add_argument("--stage", action="append", default=[])
+    ap.add_argument("--duration", type=float)
+    return ap.parse_args(argv[:cut]), argv[cut + 1 :]
+
+
+def _load_target(target: list[str]) -> tuple[types.CodeType, types.ModuleType, list[str]]:
+    """Code object, fresh `__main__` module and aliases of `__main__` for --stage."""
+    if not target:
+        raise SystemExit("tracekit runner: nothing to run")
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    if target[0] == "-c":
+        sys.argv = ["-c", *target[2:]]
+        sys.path[0] = ""
+        return compile(target[1], "<string>", "exec"), main, []
+    if target[0] == "-m":
+        name = target[1]
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            raise SystemExit(f"No module named {name}")
+        if spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(name + ".__main__")
+            if spec is None:
+                raise SystemExit(f"No module named {name}.__main__")
+        code = spec.loader.get_code(spec.name)  # type: ignore[union-attr]
+        main.__spec__ = spec
+        main.__file__ = spec.origin
+        main.__loader__ = spec.loader
+        main.__package__ = spec.parent
+        sys.argv = [spec.origin or name, *target[2:]]
+        return code, main, [name]  # type: ignore[return-value]
+    script = Path(target[0])
+    source = script.read_bytes()
+    main.__file__ = str(script)
+    main.__package__ = None
+    main.__spec__ = None
+    sys.argv = [str(script), *target[1:]]
+    sys.path[0] = str(script.resolve().parent)
+    return compile(source, str(script), "exec"), main, [script.stem]
+
+
+def _start_profiler(args: argparse.Namespace) -> Any:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU]
+    if args.cuda and torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    kwargs: dict[str, Any] = {}
+    if args.schedule:
+        wait, warmup, active = (int(x) for x in args.schedule.split(","))
+        kwargs["schedule"] = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
+        kwargs["on_trace_ready"] = lambda p: _export(p, args.trace)
+    prof = profile(activities=activities, record_shapes=True, **kwargs)
+    prof.start()
+    return prof
+
+
+def _export(prof: Any, out: Path) -> None:
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    prof.export_chrome_trace(str(tmp))
+    os.replace(tmp, out)
+
+
+def _exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def run(argv: list[str]) -> int:
+    args, target = _parse(argv)
+    try:
+        code, main, aliases = _load_target(target)
+    except (OSError, SyntaxError, ImportError) as e:
+        print(f"tracekit runner: cannot load {' '.join(target[:2])}: {e}", file=sys.stderr)
+        return 2
+
+    def stop(code: int, why: str) -> Any:
+        def handler(signum: int, frame: Any) -> None:
+            raise _Stopped(code, why)
+
+        return handler
+
+    signal.signal(signal.SIGTERM, stop(128 + signal.SIGTERM, "SIGTERM"))
+    if args.duration:
+        signal.signal(signal.SIGALRM, stop(0, f"--duration {args.duration:g} s reached"))
+        signal.setitimer(signal.ITIMER_REAL, args.duration)
+
+    hooks = StageHooks([parse_target(s) for s in args.stage], aliases)
+    hooks.install()
+    prof = None
+    if args.trace is not None:
+        from tracekit import annotate
+
+        prof = _start_profiler(args)
+        annotate.bind_profiler(prof)
+    rc = 0
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__, hooks.main_namespace(main.__dict__))
+    except SystemExit as e:
+        rc = _exit_code(e)
+    except _Stopped as e:
+        print(f"tracekit: stopped the target ({e})", file=sys.stderr)
+        rc = e.code
+    except BaseException:
+        traceback.print_exc()
+        rc = 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the trace be written
+        _finish(prof, args, hooks)
+    return rc
+
+
+def _finish(prof: Any, args: argparse.Namespace, hooks: StageHooks) -> None:
+    from tracekit import annotate
+
+    if prof is not None:
+        annotate.bind_profiler(None)
+        try:
+            prof.stop()
+            if not args.schedule:
+                _export(prof, args.trace)
+            elif not args.trace.exists():
+                print(
+                    f"tracekit: the schedule {args.schedule} never reached its active steps "
+                    "(fewer requests than wait+warmup?): no torch trace written",
+                    file=sys.stderr,
+                )
+        except Exception as e:  # a broken profiler must not hide the script's exit code
+            print(f"tracekit: could not write the torch trace: {e}", file=sys.stderr)
+    for t in hooks.missing():
+        print(f"tracekit: --stage {t.spec} was never applied (not found)", file=sys.stderr)
+    hooks.uninstall()
+    annotate.flush()
+
+
+if __name__ == "__main__":
+    code = run(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
