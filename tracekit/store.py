@@ -24,6 +24,7 @@ from pathlib import Path
 import duckdb
 
 from tracekit import __version__
+from tracekit.attributes import apply_attributes, sidecars_for
 from tracekit.derive import derive
 from tracekit.errors import StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import detect_format
@@ -80,9 +81,29 @@ def _writable(path: Path) -> bool:
         return False
 
 
+def _sidecar_files(source: Path) -> list[Path]:
+    """Attribute sidecars written next to `source` by `tracekit capture` (none elsewhere)."""
+    run_dir = source.parent
+    if not (run_dir / "capture.json").is_file() and not (run_dir / "attributes").is_dir():
+        return []
+    try:
+        return [p for p in sidecars_for(run_dir, source) if p.is_file()]
+    except (OSError, ValueError):  # unreadable or foreign capture.json: no attributes
+        return []
+
+
+def _sidecar_digest(files: list[Path]) -> str:
+    parts = []
+    for p in files:
+        st = p.stat()
+        parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
 def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
     st = source.stat()
     return {
+        "sidecars": _sidecar_digest(_sidecar_files(source)),
         "schema_version": SCHEMA_VERSION,
         "tracekit_version": __version__,
         "source_size": str(st.st_size),
@@ -183,6 +204,9 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
         create_schema(con)
         info = _run_ingestor(con, source, fmt)
         derive(con, rules)
+        sidecars = _sidecar_files(source)
+        if sidecars:
+            apply_attributes(con, 1, sidecars)
         _write_trace_row(con, source, info)
         con.executemany("INSERT INTO meta VALUES (?, ?)", sorted(key.items()))
         con.execute("CHECKPOINT")
