@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from tracekit.annotate import request, stage  # noqa: E402
 from tracekit.errors import (  # noqa: E402
     CaptureFailed,
     CheckFailed,
@@ -37,5 +38,7 @@ __all__ = [
     "open",
     "open_traces",
     "parse_rule",
+    "request",
+    "stage",
     "write_store",
 ]
