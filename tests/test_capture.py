@@ -164,7 +164,7 @@ def test_stage_hook_wraps_a_function_without_code_change(tmp_path):
     )
     run_dir = tmp_path / "hooks"
     res = run_capture(["-o", str(run_dir), "--no-nsys", "--stage", "compute=app_lib:work",
-                       "--stage", "decode=app:decode", "--", sys.executable, str(script)])  # fmt: skip
+                       "--stage", "decode=app:decode", "--", sys.executable, str(script)])
     assert res.returncode == 0, res.stderr[-2000:]
     counts = chrome_stage_counts(run_dir / "torch.pt.trace.json")
     assert counts == {"compute": 5, "decode": 5}
