@@ -149,3 +149,30 @@ def test_skipped_events_are_counted(tmp_path: Path) -> None:
     with tracekit.open(path) as t:
         n, skipped = t.sql("SELECT event_count, skipped_count FROM traces").row(0)
     assert (n, skipped) == (1, 3)
+
+
+def test_environment_never_reaches_the_store(tmp_path):
+    secret = "hunter2-token"
+    trace = tmp_path / "env.json"
+    trace.write_text(json.dumps({
+        "schemaVersion": 1,
+        "metadata": {"system": {"env": {"API_KEY": secret}, "hostname": "h"}},
+        "environ": {"X": secret},
+        "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                         "ts": 10, "dur": 5}],
+    }))  # fmt: skip
+    with tracekit.open(trace) as t:
+        meta = t.sql("SELECT metadata::VARCHAR AS m FROM traces")["m"][0]
+    assert secret not in meta and "hostname" in meta
+    assert secret in trace.read_text()  # the input is untouched
+
+
+def test_epoch_microsecond_timestamps_keep_nanosecond_precision(tmp_path):
+    trace = tmp_path / "epoch.json"
+    # Integer epoch-µs ts: ts * 1000.0 in floats would land on ...900992.
+    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1,'
+                     ' "tid": 1, "ts": 1733212345678901, "dur": 3}]}')  # fmt: skip
+    with tracekit.open(trace) as t:
+        row = t.sql("SELECT start_ns, dur_ns FROM events")
+    assert row["start_ns"][0] == 1733212345678901000
+    assert row["dur_ns"][0] == 3000

@@ -39,6 +39,15 @@ GPU_SIDE = {"kernel", "memcpy", "memset", "gpu_range"}
 # A sync event on a stream is GPU-side; host-side cuda_sync has a numeric host tid.
 _FLOW_PHASES = {"s", "t", "f"}
 _NS_PER_US = 1000.0
+
+
+def _to_ns(us: float) -> int:
+    """µs -> ns without float rounding of large values: epoch-µs timestamps (~1.7e15) times
+    1000 exceed 2**53, so the whole and fractional parts are scaled apart."""
+    if isinstance(us, int):
+        return us * 1000
+    whole = int(us)
+    return whole * 1000 + round((us - whole) * _NS_PER_US)
 _INT64_MAX = 2**63 - 1
 
 
@@ -172,8 +181,8 @@ def _times(ev: dict[str, Any], writer: EventWriter, need_dur: bool) -> tuple[int
             writer.skip("negative dur")
             return None
         dur = d
-    start = round(ts * _NS_PER_US)
-    end = start + round(dur * _NS_PER_US)
+    start = _to_ns(ts)
+    end = start + _to_ns(dur)
     if end > _INT64_MAX:
         writer.skip("ts or dur out of range")
         return None
@@ -308,6 +317,18 @@ def _sort_key(item: tuple[tuple[int | None, int | None], list[str | None]]) -> t
     return (pid if pid is not None else -(2**62), tid if tid is not None else -(2**62))
 
 
+_ENV_KEYS = frozenset(("env", "environ", "environment", "environment_variables"))
+
+
+def _without_env(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_env(v) for k, v in value.items()
+                if not (isinstance(k, str) and k.lower() in _ENV_KEYS)}  # fmt: skip
+    if isinstance(value, list):
+        return [_without_env(v) for v in value]
+    return value
+
+
 def _trace_info(top: dict[str, Any], writer: EventWriter) -> TraceInfo:
     devices = top.get("deviceProperties")
     dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
@@ -319,12 +340,9 @@ def _trace_info(top: dict[str, Any], writer: EventWriter) -> TraceInfo:
         clock_offset = None
     schema = top.get("schemaVersion")
     version = f"kineto schema {schema}" if schema is not None else "chrome trace"
-    meta = {k: v for k, v in top.items() if k not in ("deviceProperties",)}
-    # Never keep environment variables: they carry tokens and keys.
-    if isinstance(meta.get("metadata"), dict):
-        meta["metadata"] = {
-            k: v for k, v in meta["metadata"].items() if k not in ("env", "environ")
-        }
+    # Never keep environment variables, at any depth (e.g. /metadata/system/env): they carry
+    # tokens and keys.
+    meta = _without_env({k: v for k, v in top.items() if k not in ("deviceProperties",)})
     return TraceInfo(
         format="kineto",
         tool_version=version,
