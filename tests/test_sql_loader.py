@@ -51,3 +51,20 @@ def test_all_shipped_queries_load() -> None:
     queries = all_queries()
     for name, q in queries.items():
         assert q.name == name and q.returns
+
+
+def test_query_catalogue_documents_every_query():
+    """docs/queries.md has a section per queries/*.sql, with the header's `returns` line."""
+    from pathlib import Path
+
+    from tracekit.sql import all_queries
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "queries.md").read_text()
+    sections = {}
+    for part in doc.split("\n## ")[1:]:
+        name, _, body = part.partition("\n")
+        sections[name.strip()] = body
+    queries = all_queries()
+    assert set(sections) == set(queries)
+    for name, q in queries.items():
+        assert f"**Returns:** {q.returns}" in sections[name], name
