@@ -220,7 +220,15 @@ def diff_runs(baseline_paths: Sequence[str | Path], candidate_paths: Sequence[st
     return compare_metrics(b, a, b_runs, a_runs, resamples, seed)
 
 
+def _run_name(run: Path) -> str:
+    # A capture's files have fixed names (torch.pt.trace.json, nsys.sqlite): its folder
+    # says which run it is.
+    if run.is_file() and (run.parent / "capture.json").is_file():
+        return f"{run.parent.name}/{run.name}"
+    return run.name
+
+
 def _label(runs: Sequence[Path]) -> str:
     if len(runs) == 1:
-        return runs[0].name
-    return f"{runs[0].name} (+{len(runs) - 1} runs)"
+        return _run_name(runs[0])
+    return f"{_run_name(runs[0])} (+{len(runs) - 1} runs)"
