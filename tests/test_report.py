@@ -256,3 +256,40 @@ def test_headless_chromium(synth: Path, tmp_path: Path) -> None:
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
     values = [float(re.findall(r'data-sort="([^"]*)"', r)[col]) for r in rows]
     assert values == sorted(values, reverse=True) and len(values) >= 3
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+@pytest.mark.nsys
+def test_report_on_own_capture_matches_sql_and_nsys_stats(tmp_path: Path) -> None:
+    """sample_traces/ is a real capture of examples/infer.py: report == SQL == nsys stats."""
+    from tests.nsys_oracle import nsys_path, nvtx_sum, run_stats
+
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES, run)
+    out = write_report([run], fmt="json")
+    data = json.loads(out.read_text())
+    by_format = {tr["format"]: tr for tr in data["traces"]}
+    assert set(by_format) == {"kineto", "nsys"}
+    with tracekit.open(run) as t:
+        rows = t.sql(
+            "SELECT t.format, s.stage, sum(s.dur_ns) / 1e6 AS ms, count(*) AS n "
+            "FROM stages s JOIN traces t USING (trace_id) GROUP BY ALL"
+        ).to_dicts()
+    sql = {(r["format"], r["stage"]): r for r in rows}
+    for fmt, tr in by_format.items():
+        stages = [s for s in tr["stages"] if s["kind"] == "stage"]
+        assert {s["stage"] for s in stages} == {"preprocess", "inference", "postprocess"}
+        for s in stages:
+            assert s["total_ms"] == pytest.approx(sql[(fmt, s["stage"])]["ms"], abs=1e-6)
+            assert s["instances"] == sql[(fmt, s["stage"])]["n"]
+    if nsys_path() is None:
+        return
+    nvtx = nvtx_sum(run_stats(run / "nsys.sqlite", ["nvtxsum"], tmp_path / "stats")["nvtxsum"])
+    for s in by_format["nsys"]["stages"]:
+        if s["kind"] == "stage":
+            oracle = next(v for (name, _), v in nvtx.items()
+                          if name.endswith(f"tracekit:{s['stage']}"))  # fmt: skip
+            assert s["instances"] == oracle["count"]
+            assert round(s["total_ms"] * 1e6) == oracle["total"]

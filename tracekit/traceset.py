@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import os
 import tempfile
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,8 +30,39 @@ from tracekit.store import (
 TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".nsys-rep")
 
 
+_SNIFF_BYTES = 1 << 20
+
+
+def _looks_like_chrome_trace(path: Path) -> bool:
+    """A JSON file in a folder counts as a trace only if `traceEvents` shows up early, so a
+    report.json or diff.json written into a run folder is not taken for one."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            return b'"traceEvents"' in fh.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return True  # let the ingestor name what is wrong with it
+
+
+def _capture_traces(directory: Path) -> list[Path] | None:
+    """The traces a run folder's capture.json lists (None: no usable manifest)."""
+    try:
+        files = json.loads((directory / "capture.json").read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    roles = {f.get("role"): directory / f["path"] for f in files if isinstance(f, dict)}
+    traces = [roles[r] for r in ("nsys-sqlite", "torch-trace") if r in roles]
+    if "nsys-sqlite" not in roles and "nsys-report" in roles:
+        traces.append(roles["nsys-report"])
+    found = [p for p in traces if p.is_file()]
+    return sorted(found) or None
+
+
 def find_traces(directory: Path) -> list[Path]:
     """Trace files in a folder (a capture run dir or a folder of per-rank traces), sorted."""
+    listed = _capture_traces(directory)
+    if listed is not None:
+        return listed
     found = []
     for p in sorted(directory.iterdir()):
         if not p.is_file() or p.name.endswith((CACHE_SUFFIX, ".lock", ".tmp")):
@@ -38,8 +72,10 @@ def find_traces(directory: Path) -> list[Path]:
         if p.suffix == ".nsys-rep" and p.with_suffix(".sqlite").exists():
             continue
         try:
-            detect_format(p)
+            fmt = detect_format(p)
         except TraceFormatError:
+            continue
+        if fmt == "kineto" and not _looks_like_chrome_trace(p):
             continue
         found.append(p)
     if not found:
