@@ -52,6 +52,12 @@ def test_export_parquet_matches_store(tmp_path: Path) -> None:
     assert want_stages and want_kernels
     # trace_id comes back from the folder names
     assert con.execute(f"SELECT DISTINCT trace_id FROM {pq('events')}").fetchall() == [(1,)]
+    # An empty table (no attribute sidecar here) still has every column, trace_id included.
+    with tracekit.open(trace) as t:
+        want_cols = t.sql("SELECT * FROM attributes").columns
+    got = con.execute(f"SELECT * FROM {pq('attributes')}")
+    assert sorted(d[0] for d in got.description) == sorted(want_cols)
+    assert got.fetchall() == []
 
 
 def test_export_refuses_to_overwrite_without_force(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ Each range is emitted three ways, each only when something listens:
 - one JSON line per range in ``$TRACEKIT_ATTRIBUTES_DIR/attributes-<pid>.jsonl`` when that
   variable is set (`tracekit capture` sets it). Format: docs/capture.md.
 
-With none of them active a stage costs a few hundred nanoseconds (bench/bench_annotate.py).
+With none of them active a stage (enter + exit) costs about 2 µs on the 2-core CI VM
+(bench/bench_annotate.py: 1.9 µs bare, 2.2 µs NVTX on, 12 µs sidecar, 20 µs profiler).
 
 A torch.profiler with a schedule advances once per request: `bind_profiler(prof)` (the capture
 runner calls it) makes the exit of each outermost `request()` call `prof.step()`.

@@ -5,7 +5,7 @@
 
 Readers treat `trace_id` as a hive partition column (DuckDB `read_parquet(...,
 hive_partitioning=true)`, Spark `spark.read.parquet(DIR + "/events")`), so the queries of
-queries/ run unchanged on a cluster engine (docs/parquet.md). The folder is written under a
+queries/ run unchanged on a cluster engine (docs/export.md). The folder is written under a
 temporary name beside DIR and renamed into place: readers never see half an export.
 """
 
@@ -71,9 +71,10 @@ def export_parquet(
 def _copy_table(con: duckdb.DuckDBPyConnection, table: str, folder: Path) -> int:
     n = int(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
     if n == 0:
-        # COPY ... PARTITION_BY writes nothing for no rows: keep the schema readable anyway.
-        folder.mkdir(parents=True)
-        target = str(folder / "empty.parquet").replace("'", "''")
+        # COPY ... PARTITION_BY writes nothing for no rows: keep the schema readable anyway,
+        # under a partition folder so hive-partitioned readers still see a trace_id column.
+        (folder / "trace_id=0").mkdir(parents=True)
+        target = str(folder / "trace_id=0" / "empty.parquet").replace("'", "''")
         sql = f"COPY (SELECT * EXCLUDE (trace_id) FROM {table}) TO '{target}' (FORMAT parquet)"
     else:
         target = str(folder).replace("'", "''")

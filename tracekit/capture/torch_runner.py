@@ -141,7 +141,12 @@ def run(argv: list[str]) -> int:
     if args.trace is not None:
         from tracekit import annotate
 
-        prof = _start_profiler(args)
+        try:
+            prof = _start_profiler(args)  # imports torch: seconds, so a stop may land here
+        except _Stopped as e:
+            print(f"tracekit: stopped before the target started ({e})", file=sys.stderr)
+            hooks.uninstall()
+            return e.code
         annotate.bind_profiler(prof)
     rc = 0
     sys.modules["__main__"] = main

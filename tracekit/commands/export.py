@@ -18,7 +18,7 @@ from tracekit.commands.options import parse_stage_rules, stage_option
 def command(sources: tuple[Path, ...], parquet_dir: Path, force: bool,
             stage_rules: tuple[str, ...]) -> None:  # fmt: skip
     """Export traces or stores as Parquet (hive-partitioned by trace_id) for DuckDB, Spark
-    SQL or Trino (docs/parquet.md)."""
+    SQL or Trino (docs/export.md)."""
     from tracekit.export import export_parquet
 
     result = export_parquet(list(sources), parquet_dir, parse_stage_rules(stage_rules), force)
