@@ -343,8 +343,10 @@ def _trace_info(top: dict[str, Any], writer: EventWriter) -> TraceInfo:
     # Never keep environment variables, at any depth (e.g. /metadata/system/env): they carry
     # tokens and keys.
     meta = _without_env({k: v for k, v in top.items() if k not in ("deviceProperties",)})
+    host = top.get("host_name") or top.get("hostname")
     return TraceInfo(
         format="kineto",
+        host=host if isinstance(host, str) else None,
         tool_version=version,
         devices=devices if isinstance(devices, list) else [],
         rank=rank,
