@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import duckdb
 from click.testing import CliRunner
 
 import tracekit
 from tests.test_export import synth
+from tracekit import parallel
 from tracekit.cli import main
+from tracekit.errors import TracekitError
 from tracekit.parallel import ensure_many
+from tracekit.store import IngestResult, cache_path_for, ensure_trace_store
 from tracekit.traceset import find_traces
 
 
@@ -59,3 +64,76 @@ def test_cli_ingest_folder(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["ingest", str(folder)])
     assert r.exit_code == 0, r.output
     assert r.output.count(" events, 0 skipped -> ") == 2
+
+
+COUNTS = ("SELECT 'events/' || kind, count(*) FROM events GROUP BY 1 UNION ALL "
+          "SELECT 'stages/' || stage, count(*) FROM stages GROUP BY 1 UNION ALL "
+          "SELECT 'threads', count(*) FROM threads UNION ALL "
+          "SELECT 'requests', count(*) FROM requests")
+
+
+def _record_pid(path: Path, rules: list, refresh: bool) -> IngestResult:
+    """Stands in for tracekit.parallel._one: notes which process built each trace."""
+    (Path(os.environ["TK_TEST_PIDS"]) / f"{path.name}.{os.getpid()}").touch()
+    return ensure_trace_store(path, rules, refresh)
+
+
+def _store_counts(store: Path) -> dict[str, int]:
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        return dict(con.execute(COUNTS).fetchall())
+    finally:
+        con.close()
+
+
+def test_parallel_ingest_matches_one_by_one(tmp_path: Path, monkeypatch) -> None:
+    sizes = (2000, 3500, 5000, 2500)
+    one, many = tmp_path / "one", tmp_path / "many"
+    for folder in (one, many):
+        folder.mkdir()
+        for rank, n in enumerate(sizes):
+            synth(folder / f"rank{rank}.json", n, rank=rank)
+    serial = [ensure_trace_store(p, []) for p in find_traces(one)]
+    want = [_store_counts(r.store) for r in serial]
+    assert [r.events for r in serial] == [sum(v for k, v in c.items() if k.startswith("events/"))
+                                          for c in want]
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("TK_TEST_PIDS", str(pids))
+    monkeypatch.setattr(parallel, "_one", _record_pid)
+    r = CliRunner().invoke(main, ["ingest", "--jobs", "4", str(many)])
+    assert r.exit_code == 0, r.output
+    got_paths = find_traces(many)
+    built_by = {p.name.rsplit(".", 1)[1] for p in pids.iterdir()}
+    assert len(list(pids.iterdir())) == len(sizes)  # each trace built once, in a worker
+    assert len(built_by) > 1 and str(os.getpid()) not in built_by
+    for p, s, w in zip(got_paths, serial, want, strict=True):
+        assert f"{p}: {s.events} events, 0 skipped -> " in r.output
+        assert _store_counts(cache_path_for(p)) == w
+
+    # The same through tracekit.open: a cached reopen starts no workers (all in this process).
+    for p in pids.iterdir():
+        p.unlink()
+    with tracekit.open(got_paths) as t:
+        rows = t.sql("SELECT trace_id, count(*) FROM events GROUP BY 1 ORDER BY 1").rows()
+    assert {p.name.rsplit(".", 1)[1] for p in pids.iterdir()} == {str(os.getpid())}
+    assert [n for _, n in rows] == [s.events for s in serial]
+    for p in pids.iterdir():
+        p.unlink()
+    with tracekit.open(got_paths, refresh=True, workers=2) as t:
+        rows = t.sql("SELECT trace_id, count(*) FROM events GROUP BY 1 ORDER BY 1").rows()
+    assert [n for _, n in rows] == [s.events for s in serial]
+    assert len({p.name.rsplit(".", 1)[1] for p in pids.iterdir()} - {str(os.getpid())}) == 2
+
+
+def test_parallel_ingest_raises_the_first_bad_trace(tmp_path: Path) -> None:
+    good = [synth(tmp_path / f"rank{i}.json", 2000, rank=i) for i in (0, 2)]
+    bad = tmp_path / "rank1.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "cut off')
+    try:
+        ensure_many([good[0], bad, good[1]], [], workers=2)
+    except TracekitError as e:
+        assert str(bad) in str(e)
+    else:
+        raise AssertionError("a damaged trace was ingested without an error")

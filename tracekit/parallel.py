@@ -3,6 +3,11 @@
 Each trace still gets its own cached store, built atomically under its own lock
 (tracekit.store.ensure_trace_store), so running this beside a sequential ingest of the same
 files is safe: the second one to take a trace's lock finds the cache fresh and reuses it.
+
+Traces whose cache is already fresh are answered in this process (a cheap metadata read), so
+a cached reopen starts no workers. Workers are forked (modules already imported, and a user
+script without an `if __name__ == "__main__"` guard is not re-run); they draw no progress
+bars, since several bars rewriting one terminal line would garble it.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from tracekit.errors import TracekitError
 from tracekit.stages import StageRule
 from tracekit.store import IngestResult, ensure_trace_store
 
@@ -30,6 +37,22 @@ def _one(path: Path, rules: list[StageRule], refresh: bool) -> IngestResult:
     return ensure_trace_store(path, rules, refresh)
 
 
+def _worker_init() -> None:
+    os.environ["TRACEKIT_PROGRESS"] = "0"
+
+
+def _is_fresh(path: Path, rules: list[StageRule]) -> bool:
+    """Whether `path`'s cache can be reused as is (any doubt: no, let the worker decide)."""
+    from tracekit.store import _cache_is_fresh, _source_key, cache_path_for
+
+    try:
+        if not path.is_file():
+            return False
+        return _cache_is_fresh(cache_path_for(path), _source_key(path, rules))
+    except Exception:
+        return False
+
+
 def ensure_many(
     paths: Sequence[Path],
     rules: Sequence[StageRule] | list[list[StageRule]],
@@ -40,19 +63,45 @@ def ensure_many(
 
     `rules` is one rule list for every trace, or one list per trace (as traceset._rules_for
     gives). Errors are raised as the sequential loop would raise them: the first failing
-    path in input order wins, after the other workers finish.
+    path in input order wins; traces not yet started are then skipped, and those already
+    being built finish first.
     """
     paths = [Path(p) for p in paths]
     per_trace = _per_trace_rules(rules, len(paths))
     n = workers if workers is not None else default_workers(len(paths))
-    if n <= 1 or len(paths) <= 1:
+    todo = [
+        i for i, (p, r) in enumerate(zip(paths, per_trace, strict=True))
+        if refresh or not _is_fresh(p, r)
+    ]  # fmt: skip
+    n = min(n, len(todo))
+    if n <= 1 or multiprocessing.current_process().daemon:  # a daemon may not have children
         return [_one(p, r, refresh) for p, r in zip(paths, per_trace, strict=True)]
     # fork: children inherit imported modules (fast start); each opens its own DuckDB files.
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-        futures = [pool.submit(_one, p, r, refresh) for p, r in zip(paths, per_trace, strict=True)]
-        return [f.result() for f in futures]
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init) as pool:
+        futures = {i: pool.submit(_one, paths[i], per_trace[i], refresh) for i in todo}
+        results = []
+        try:
+            for i, (p, r) in enumerate(zip(paths, per_trace, strict=True)):
+                if i not in futures:
+                    # Fresh a moment ago: reuse it (this re-checks, and rebuilds if it changed).
+                    results.append(_one(p, r, refresh))
+                    continue
+                try:
+                    results.append(futures[i].result())
+                except BrokenProcessPool:
+                    raise TracekitError(
+                        f"{p}: the worker ingesting it died (killed, or out of memory?); "
+                        "retry with --jobs 1 to ingest one trace at a time"
+                    ) from None
+        except BaseException:
+            # Traces not started yet are not started; those being built finish (their caches
+            # stay valid) before the error reaches the caller.
+            for f in futures.values():
+                f.cancel()
+            raise
+        return results
 
 
 def _per_trace_rules(

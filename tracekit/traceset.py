@@ -161,17 +161,35 @@ def _rules_for(trace: Path, rules: Sequence[StageRule] | None) -> list[StageRule
     return load_config_rules(trace.resolve().parent) or load_config_rules(Path.cwd())
 
 
+def ingest_many(
+    traces: Sequence[Path],
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+    workers: int | None = None,
+) -> list[IngestResult]:
+    """`ensure_trace_store` for every trace (in input order), in parallel over cores."""
+    from tracekit.parallel import ensure_many
+
+    if len(traces) == 1:
+        return [ensure_trace_store(traces[0], _rules_for(traces[0], stage_rules), refresh)]
+    return ensure_many(traces, [_rules_for(t, stage_rules) for t in traces], refresh, workers)
+
+
 def open_traces(
     paths: str | Path | Sequence[str | Path],
     stage_rules: Sequence[StageRule] | None = None,
     refresh: bool = False,
     read_only: bool = True,
+    workers: int | None = None,
 ) -> TraceSet:
-    """Open traces, run folders or stores for querying; traces are ingested (cached) first."""
+    """Open traces, run folders or stores for querying; traces are ingested (cached) first.
+
+    Several traces that need ingesting are ingested in parallel, one process per trace, up to
+    `workers` at a time (default: one per core)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     traces, stores = resolve_inputs(paths)
-    ingests = [ensure_trace_store(t, _rules_for(t, stage_rules), refresh) for t in traces]
+    ingests = ingest_many(traces, stage_rules, refresh, workers)
     store_files = [r.store for r in ingests] + stores
     if len(store_files) == 1:
         try:
@@ -229,10 +247,11 @@ def write_store(
     out: Path,
     stage_rules: Sequence[StageRule] | None = None,
     refresh: bool = False,
+    workers: int | None = None,
 ) -> tuple[Path, list[IngestResult]]:
     """Ingest traces and write one store holding all of them (one trace_id each) at `out`."""
     traces, stores = resolve_inputs(paths)
-    ingests = [ensure_trace_store(t, _rules_for(t, stage_rules), refresh) for t in traces]
+    ingests = ingest_many(traces, stage_rules, refresh, workers)
     store_files = [r.store for r in ingests] + stores
     if len(store_files) == 1 and not stores and out.resolve() == store_files[0].resolve():
         return out, ingests

@@ -21,30 +21,37 @@ from tracekit.traceset import write_store
     help="Write one store holding every trace here (default: a cache beside each trace).",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing --output store.")
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ingest this many traces at once, one process each (default: one per core).",
+)
 @stage_option
 @refresh_option
 def command(
     traces: tuple[Path, ...],
     output: Path | None,
     force: bool,
+    jobs: int | None,
     stage_rules: tuple[str, ...],
     refresh: bool,
 ) -> None:
     """Load nsys SQLite exports, .nsys-rep files, Kineto/Chrome JSON traces or folders of them
     into DuckDB stores. Prints what each trace held and what could not be placed."""
-    from tracekit.store import ensure_trace_store
-    from tracekit.traceset import _rules_for, resolve_inputs
+    from tracekit.traceset import ingest_many, resolve_inputs
 
     rules = parse_stage_rules(stage_rules)
     if output is not None:
         if output.exists() and not force:
             raise TracekitError(f"{output}: exists; pass --force to overwrite it")
-        out, results = write_store(traces, output, rules, refresh)
+        out, results = write_store(traces, output, rules, refresh, jobs)
     else:
         files, stores = resolve_inputs(traces)
         if stores:
             raise TracekitError(f"{stores[0]}: is already a store; nothing to ingest")
-        results = [ensure_trace_store(f, _rules_for(f, rules), refresh) for f in files]
+        results = ingest_many(files, rules, refresh, jobs)
         out = None
     for r in results:
         if r.reused:
