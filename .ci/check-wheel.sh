@@ -12,7 +12,7 @@ import tracekit, pathlib
 assert "site-packages" in tracekit.__file__, tracekit.__file__
 PY
 "$work/venv/bin/tracekit" query --list | head -3
-sample="$(ls "$OLDPWD"/sample_traces/*.json* 2>/dev/null | head -1 || true)"
+sample="$OLDPWD/sample_traces/torch.pt.trace.json"; [ -f "$sample" ] || sample=""
 if [ -n "$sample" ] && "$work/venv/bin/tracekit" report --help >/dev/null 2>&1; then
   cp "$sample" "$work/"
   "$work/venv/bin/tracekit" report "$work/$(basename "$sample")" -o "$work/r.html" --force

@@ -61,6 +61,12 @@ def test_run_dir_with_capture_json_never_shows_env(tmp_path: Path) -> None:
     html = (run / "report.html").read_text()
     assert "secret" not in html and "python infer.py" in html
     assert 'id="trace-1"' in html and 'id="trace-2"' in html
+    # Naming the manifest itself reports the same run.
+    out = tmp_path / "via-manifest.json"
+    args = ["report", str(run / "capture.json"), "--format", "json", "-o", str(out)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(out.read_text())["traces"]) == 2
 
 
 def test_bad_inputs(tmp_path: Path) -> None:

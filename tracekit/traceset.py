@@ -97,6 +97,9 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
             raise TraceFormatError(f"{p}: no such file or directory") from None
         if p.is_dir():
             traces.extend(find_traces(p))
+        elif p.name == "capture.json":
+            # A capture manifest stands for its run folder.
+            traces.extend(find_traces(p.parent))
         elif is_duckdb_file(p):
             stores.append(p)
         else:
