@@ -175,11 +175,13 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(files("tracekit").joinpath("schema.sql").read_text())
 
 
-def _run_ingestor(con: duckdb.DuckDBPyConnection, source: Path, fmt: str) -> TraceInfo:
+def _run_ingestor(
+    con: duckdb.DuckDBPyConnection, source: Path, fmt: str, scratch: Path
+) -> TraceInfo:
     if fmt == "kineto":
         from tracekit.ingest import kineto
 
-        return kineto.ingest(con, source, 1)
+        return kineto.ingest(con, source, 1, scratch=scratch)
     if fmt in ("nsys", "nsys-rep"):
         from tracekit.ingest import nsys
 
@@ -202,7 +204,7 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
     try:
         con.execute("SET preserve_insertion_order = false")
         create_schema(con)
-        info = _run_ingestor(con, source, fmt)
+        info = _run_ingestor(con, source, fmt, scratch=tmp)
         derive(con, rules)
         sidecars = _sidecar_files(source)
         if sidecars:

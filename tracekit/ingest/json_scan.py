@@ -8,6 +8,7 @@ handed to orjson in one call. Memory is bounded by the block size, not the file 
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -124,9 +125,173 @@ def iter_event_chunks(
     `progress(n)` is called after each block with the bytes of the file (compressed bytes for
     gzip) consumed so far, to compare with the file's size.
     """
+    for body in iter_event_bodies(path, result, block_bytes, progress):
+        events = _parse_events(body, path)
+        if events:
+            yield events
+
+
+def iter_event_bodies(
+    path: Path,
+    result: ScanResult,
+    block_bytes: int = BLOCK_BYTES,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[bytes]:
+    """Like iter_event_chunks, but yield the raw bytes of each run of complete events
+    (comma-separated elements, possibly with a leading comma and whitespace), unparsed."""
     with open_trace_bytes(path) as f:
         yield from _iter(f, path, result, block_bytes, _position(f) if progress else None,
                          progress)  # fmt: skip
+
+
+TAIL_BYTES = 64 * 1024 * 1024
+
+
+def extract_events_array(
+    path: Path,
+    out_path: Path,
+    result: ScanResult,
+    progress: Callable[[int], None] | None = None,
+) -> bool:
+    """Write the traceEvents array of `path` to `out_path` as one JSON array, unparsed.
+
+    The head is scanned until the array opens; the array's end is found by scanning the
+    tail backwards from the end of the document, where the string and bracket state is known
+    (outside any string, depth 0); the bytes between are copied by the kernel (plain files)
+    or streamed through gunzip, never looked at. So a reader that wants a top-level array
+    (DuckDB's read_json format='array') can take the events of an object-format trace at the
+    speed of a file copy. `result.top` gets the rest of the document.
+
+    Returns False when the shape is not the expected one (no array in the head, the end not
+    within the last TAIL_BYTES, a document that does not close): the caller then reads the
+    file with the full scanner, which names what is wrong.
+    """
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        f: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw  # type: ignore[assignment]
+        head, start = _head(f, path)
+        if start < 0:
+            return False
+        with open(out_path, "wb") as out:
+            out.write(head[start:])
+            if gz:
+                while block := _read(f, path, BLOCK_BYTES):
+                    out.write(block)
+                    if progress is not None:
+                        progress(raw.tell())
+            else:
+                _copy_range(raw, out, len(head), progress)
+            size = out.tell()
+        with open(out_path, "r+b") as out:
+            window = 1024 * 1024
+            while True:  # widen the tail window until the array's end is inside it
+                tail_from = max(1, size - window)  # byte 0 is the array's own '['
+                out.seek(tail_from)
+                tail = out.read()
+                end, _ = _array_end_from_tail(tail, _events_depth(head, start))
+                if end >= 0 or tail_from == 1 or window >= TAIL_BYTES:
+                    break
+                window *= 8
+            if end < 0:
+                return False
+            array_end = tail_from + end  # offset of the closing ']' in out
+            suffix = tail[end:]
+            out.truncate(array_end + 1)
+    try:
+        top = orjson.loads(head[: start + 1] + suffix)
+    except orjson.JSONDecodeError:
+        return False
+    result.top = top if isinstance(top, dict) else {}
+    result.top.pop("traceEvents", None)
+    return True
+
+
+def _head(f: IO[bytes], path: Path) -> tuple[bytes, int]:
+    """Read blocks until the events array opens: (bytes read, offset of its '[' or -1)."""
+    st = _Structure()
+    prefix = bytearray()
+    while len(prefix) <= 64 * 1024 * 1024:
+        block = _read(f, path, 1024 * 1024)
+        if not block:
+            return bytes(prefix), -1
+        before = len(prefix)
+        positions, values, depths = st.scan(block)
+        start, _, _ = _find_events_array(block, positions, values, depths, prefix, path)
+        prefix += block
+        if start >= 0:
+            return bytes(prefix), before + start
+    return bytes(prefix), -1
+
+
+def _events_depth(head: bytes, start: int) -> int:
+    """2 for {"traceEvents": [...]}, 1 for a root array."""
+    return 1 if not head[:start].strip().lstrip(b"\xef\xbb\xbf") else 2
+
+
+def _copy_range(src: IO[bytes], out: IO[bytes], offset: int,
+                progress: Callable[[int], None] | None) -> None:  # fmt: skip
+    out.flush()
+    total = os.fstat(src.fileno()).st_size
+    pos = offset
+    while pos < total:
+        n = min(256 * 1024 * 1024, total - pos)
+        try:
+            done = os.copy_file_range(src.fileno(), out.fileno(), n, pos)
+        except OSError:
+            src.seek(pos)
+            done = out.write(src.read(n))
+            out.flush()
+        if done <= 0:
+            break
+        pos += done
+        if progress is not None:
+            progress(pos)
+    out.seek(0, os.SEEK_END)
+
+
+def _array_end_from_tail(tail: bytes, events_depth: int) -> tuple[int, int]:
+    """Offset in `tail` of the ']' closing the events array, scanning back from the end.
+
+    Going backwards from the end of the document (outside strings, depth 0), a bracket is
+    inside a string when an odd number of real quotes follow it. The events array's ']' is the
+    leftmost one that takes the depth from events_depth - 1 to events_depth with no return to
+    events_depth - 1 further left (its '[' lies before the tail). Returns (-1, 0) if none.
+    """
+    a = np.frombuffer(tail, dtype=np.uint8)
+    if not len(a):
+        return -1, 0
+    quotes = np.flatnonzero(a == _QUOTE)
+    if len(quotes):
+        maybe = quotes[(quotes > 0) & (a[np.maximum(quotes - 1, 0)] == _BSLASH)]
+        escaped = []
+        for q in maybe.tolist():
+            run, i = 0, q - 1
+            while i >= 0 and tail[i] == _BSLASH:
+                run += 1
+                i -= 1
+            if run % 2 == 1:
+                escaped.append(q)
+        if escaped:
+            quotes = np.setdiff1d(quotes, np.array(escaped, dtype=quotes.dtype))
+    brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
+    after = len(quotes) - np.searchsorted(quotes, brackets, side="right")
+    brackets = brackets[after % 2 == 0]
+    if not len(brackets):
+        return -1, 0
+    values = a[brackets][::-1]
+    # Backwards, a closer opens a level and an opener closes one.
+    delta = np.where((values == 125) | (values == 93), 1, -1).astype(np.int64)
+    depth_after = np.cumsum(delta)  # depth left of each bracket, walking back
+    depth_before = depth_after - delta
+    target = np.flatnonzero((values == 93) & (depth_before == events_depth - 1)
+                            & (depth_after == events_depth))  # fmt: skip
+    if not len(target):
+        return -1, 0
+    k = int(target[-1])  # leftmost
+    if (depth_after[k:] <= events_depth - 1).any():
+        return -1, 0  # it opened inside the tail: not the events array
+    return int(brackets[::-1][k]), events_depth
 
 
 def _position(f: IO[bytes]) -> Callable[[], int]:
@@ -136,7 +301,7 @@ def _position(f: IO[bytes]) -> Callable[[], int]:
 
 def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int,
           tell: Callable[[], int] | None = None,
-          progress: Callable[[int], None] | None = None) -> Iterator[list[Any]]:  # fmt: skip
+          progress: Callable[[int], None] | None = None) -> Iterator[bytes]:  # fmt: skip
     st = _Structure()
     prefix = bytearray()  # document bytes before the events array
     pending = b""  # bytes of the array not yet handed out
@@ -145,7 +310,7 @@ def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int,
     suffix = bytearray()
     offset = 0  # file offset of the current block
     state = "head"
-    n_events = 0
+    n_events = 0  # complete elements seen so far, for the truncation message
     first = True
     while True:
         block = _read(f, path, block_bytes)
@@ -187,22 +352,18 @@ def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int,
             if array_end >= 0:
                 ends = ends[positions[ends] < array_end]
             last_end = int(positions[ends[-1]]) + 1 if len(ends) else -1
+            n_events += len(ends)
             if array_end >= 0:
                 body = pending + block[cut:array_end]
                 pending = b""
                 if body.strip(b" \t\r\n,"):
-                    events = _parse_events(body, path)
-                    n_events += len(events)
-                    yield events
+                    yield body
                 suffix += block[array_end:]
                 state = "tail"
             elif last_end > cut:
                 body = pending + block[cut:last_end]
                 pending = block[last_end:]
-                events = _parse_events(body, path)
-                n_events += len(events)
-                if events:
-                    yield events
+                yield body
             else:
                 pending += block[cut:]
                 if len(pending) > 1024 * 1024 * 1024:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +17,7 @@ import duckdb
 import orjson
 
 from tracekit.ingest.common import EventWriter, TraceInfo, add_thread
-from tracekit.ingest.json_scan import ScanResult, iter_event_chunks
+from tracekit.ingest.json_scan import ScanResult, extract_events_array, iter_event_chunks
 from tracekit.progress import progress_bar
 
 # Category → kind. Old (2021) Kineto used Operator/Runtime/Kernel/Memcpy/Memset.
@@ -49,6 +55,8 @@ def _to_ns(us: float) -> int:
     whole = int(us)
     return whole * 1000 + round((us - whole) * _NS_PER_US)
 _INT64_MAX = 2**63 - 1
+_INT32 = 2**31
+_DIGITS = re.compile(r"-?[0-9]+")
 
 
 class _Threads:
@@ -68,7 +76,7 @@ class _Threads:
             return int(value)
         text = str(value)
         digits = text.rsplit(" ", 1)[-1]
-        if digits.lstrip("-").isdigit() and abs(int(digits)) <= _INT64_MAX:
+        if _DIGITS.fullmatch(digits) and abs(int(digits)) <= _INT64_MAX:
             return int(digits)
         # Non-numeric labels ('Spans', 'PyTorch Profiler') get stable negative ids.
         return -self.string_ids.setdefault(text, len(self.string_ids) + 1)
@@ -92,31 +100,177 @@ def _int_arg(args: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
-def ingest(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceInfo:
-    """Stream every event of a Chrome/Kineto trace into `events` and `threads`."""
+ENGINE_ENV = "TRACEKIT_KINETO_ENGINE"  # "python" forces the reference mapper
+
+
+def ingest(
+    con: duckdb.DuckDBPyConnection, path: Path, trace_id: int, scratch: Path | None = None
+) -> TraceInfo:
+    """Map every event of a Chrome/Kineto trace into `events` and `threads`.
+
+    Fast path: the traceEvents array is copied out byte for byte and parsed by DuckDB's
+    read_json (C++, both cores), and kineto.sql maps the complete events in SQL; the few
+    other events (metadata, instants, begin/end pairs) go through the Python mapper. When
+    DuckDB cannot read the events (NaN in a field it parses, duplicate keys, non-object
+    elements), the Python mapper reads the whole file instead, and gives the exact error
+    when the file is broken. `scratch` is a path prefix for the temporary files (next to
+    the store being built); event_id is the event's 1-based position in traceEvents.
+    """
+    if os.environ.get(ENGINE_ENV, "duckdb") != "python":
+        with _scratch_file(scratch) as events_json:
+            try:
+                return _ingest_duckdb(con, path, trace_id, events_json)
+            except _DuckDBCannotRead:
+                con.execute("DELETE FROM events WHERE trace_id = $t", {"t": trace_id})
     # The events are acyclic dicts freed chunk by chunk: the cyclic collector finds nothing to
     # free, yet its passes over millions of young objects cost 3x the parse (docs/architecture.md).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _ingest(con, path, trace_id)
+        return _ingest_python(con, path, trace_id)
     finally:
         if enabled:
             gc.enable()
 
 
-def _ingest(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceInfo:
+class _DuckDBCannotRead(Exception):
+    """The fast path cannot take this file: the Python mapper reads it instead."""
+
+
+@contextlib.contextmanager
+def _scratch_file(prefix: Path | None) -> Iterator[Path]:
+    own_dir = None
+    if prefix is None:
+        own_dir = Path(tempfile.mkdtemp(prefix="tracekit-"))
+        prefix = own_dir / "scratch"
+    events_json = Path(f"{prefix}.events.json")
+    try:
+        yield events_json
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            events_json.unlink()
+        if own_dir is not None:
+            with contextlib.suppress(OSError):
+                own_dir.rmdir()
+
+
+_RARE_BATCH = 50_000
+_CLEANUP = (
+    "DROP TABLE IF EXISTS _kineto_events",
+    "DROP VIEW IF EXISTS _kineto_read",
+    "DROP TABLE IF EXISTS _kineto_labels",
+    "DROP TABLE IF EXISTS _kineto_kinds",
+)
+
+
+def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
+                   events_json: Path) -> TraceInfo:  # fmt: skip
+    scan = ScanResult()
+    with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
+        if not extract_events_array(path, events_json, scan, progress=update):
+            raise _DuckDBCannotRead("unexpected document shape")
+    script = files("tracekit.ingest").joinpath("kineto.sql").read_text()
+    setup, _, labels_sql, _, insert_sql = re.split(r"^-- @(labels|insert)\b.*$", script, flags=re.M)
+    literal = "'" + str(events_json).replace("'", "''") + "'"
+    con.execute("CREATE OR REPLACE TEMP TABLE _kineto_kinds (cat VARCHAR, kind VARCHAR)")
+    con.executemany("INSERT INTO _kineto_kinds VALUES (?, ?)", sorted(CATEGORY_KINDS.items()))
+    writer = EventWriter(con, trace_id)
+    try:
+        try:
+            con.execute(setup.replace("@events_json", literal))
+        except (duckdb.InvalidInputException, duckdb.ConversionException) as e:
+            raise _DuckDBCannotRead(str(e)) from None
+        fates = con.execute(
+            "SELECT fate, reason, count(*), count(*) FILTER (WHERE (pid IS NOT NULL AND "
+            "pid_i IS NULL) OR (tid IS NOT NULL AND tid_i IS NULL)) "
+            "FROM _kineto_events GROUP BY ALL"
+        ).fetchall()
+        if any(row[3] for row in fates):
+            con.execute(labels_sql)
+        else:
+            con.execute("CREATE OR REPLACE TEMP TABLE _kineto_labels (label VARCHAR, id BIGINT)")
+        con.execute(insert_sql, {"trace_id": trace_id})
+        stats = writer.stats
+        rare = 0
+        for fate, reason, n, _ in fates:
+            if fate == "placed":
+                stats.events += n
+            elif fate == "skipped":
+                stats.skipped[reason] += n
+            elif fate == "elsewhere":
+                stats.elsewhere[reason] += n
+            else:
+                rare += n
+        threads = _Threads()
+        threads.string_ids = {
+            label: -ident
+            for label, ident in con.execute("SELECT label, id FROM _kineto_labels").fetchall()
+        }
+        names: dict[tuple[int | None, int | None], list[str | None]] = {}
+        begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]] = {}
+        last = 0
+        while rare and (rows := con.execute(  # pages: an insert between fetches ends a stream
+            "SELECT event_id, ph, cat, name, pid, tid, ts, dur, args FROM _kineto_events "
+            "WHERE fate = 'python' AND event_id > $last ORDER BY event_id LIMIT $n",
+            {"last": last, "n": _RARE_BATCH},
+        ).fetchall()):
+            last = rows[-1][0]
+            events = [_rebuild(row) for row in rows]
+            cols: dict[str, list[Any]] = {k: [] for k in _COLS}
+            _map_chunk(events, (row[0] for row in rows), cols, threads, names, begin_stacks,
+                       writer)  # fmt: skip
+            writer.add_columns(cols)
+        _finish(con, trace_id, writer, names, begin_stacks)
+    finally:
+        for statement in _CLEANUP:
+            con.execute(statement)
+    return _trace_info(scan.top, writer)
+
+
+_REBUILT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+
+
+def _rebuild(row: tuple[Any, ...]) -> dict[str, Any]:
+    """The event as the Python mapper would have parsed it (the fields it reads)."""
+    ev: dict[str, Any] = {}
+    for key, value in zip(_REBUILT_KEYS, row[1:], strict=True):
+        if value is None:
+            continue
+        ev[key] = _load_value(value) if key == "args" else value
+    return ev
+
+
+def _load_value(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # NaN, Infinity
+        import json
+
+        return json.loads(text)
+
+
+def _ingest_python(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceInfo:
     writer = EventWriter(con, trace_id)
     threads = _Threads()
     names: dict[tuple[int | None, int | None], list[str | None]] = {}
-    begin_stacks: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]] = {}
     scan = ScanResult()
-    cols: dict[str, list[Any]] = {k: [] for k in _COLS}
+    position = 1
     with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
         for chunk in iter_event_chunks(path, scan, progress=update):
-            _map_chunk(chunk, cols, threads, names, begin_stacks, writer)
+            cols: dict[str, list[Any]] = {k: [] for k in _COLS}
+            ids = range(position, position + len(chunk))
+            position += len(chunk)
+            _map_chunk(chunk, ids, cols, threads, names, begin_stacks, writer)
             writer.add_columns(cols)
-            cols = {k: [] for k in _COLS}
+    _finish(con, trace_id, writer, names, begin_stacks)
+    return _trace_info(scan.top, writer)
+
+
+def _finish(con: duckdb.DuckDBPyConnection, trace_id: int, writer: EventWriter,
+            names: dict[tuple[int | None, int | None], list[str | None]],
+            begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]],
+            ) -> None:  # fmt: skip
     for stack in begin_stacks.values():
         writer.skip("begin without end", len(stack))
     writer.flush()
@@ -125,39 +279,42 @@ def _ingest(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceI
         trace_id,
         [(pid, tid, v[0], v[1]) for (pid, tid), v in sorted(names.items(), key=_sort_key)],
     )
-    return _trace_info(scan.top, writer)
 
 
-def _map_chunk(chunk: list[Any], cols: dict[str, list[Any]], threads: _Threads,
-               names: dict[tuple[int | None, int | None], list[str | None]],
-               begin_stacks: dict[tuple[Any, Any], list[dict[str, Any]]],
+def _map_chunk(chunk: list[Any], ids: Iterable[int], cols: dict[str, list[Any]],
+               threads: _Threads, names: dict[tuple[int | None, int | None], list[str | None]],
+               begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]],
                writer: EventWriter) -> None:  # fmt: skip
+    """Map parsed events; `ids` are their positions in traceEvents (their event_ids)."""
     stats = writer.stats
-    for ev in chunk:
+    for ev, event_id in zip(chunk, ids, strict=True):
         if not isinstance(ev, dict):
             writer.skip("not an object")
             continue
+        # Labels get ids by first appearance, pid before tid, whatever the event (kineto.sql).
+        threads.to_int(ev.get("pid"))
+        threads.to_int(ev.get("tid"))
         ph = ev.get("ph")
         if not isinstance(ph, str):  # a list or dict here is not hashable
             writer.skip("no phase")
             continue
         if ph == "X":
-            _add_complete(ev, cols, threads, writer)
+            _add_complete(ev, event_id, cols, threads, writer)
         elif ph in _FLOW_PHASES:
             stats.elsewhere["flow (links kept as correlation ids)"] += 1
         elif ph == "M":
             _add_metadata(ev, names, threads, stats)
         elif ph in ("i", "I", "R"):
-            _add_instant(ev, cols, threads, writer)
+            _add_instant(ev, event_id, cols, threads, writer)
         elif ph in ("B", "E"):
-            _pair_begin_end(ev, begin_stacks, cols, threads, writer)
+            _pair_begin_end(ev, event_id, begin_stacks, cols, threads, writer)
         elif ph == "C":
             writer.skip("counter event")
         else:
             writer.skip(f"unsupported phase {ph!r}" if isinstance(ph, str) else "no phase")
 
 
-_COLS = ("kind", "name", "start_ns", "end_ns", "pid", "tid", "device", "stream",
+_COLS = ("event_id", "kind", "name", "start_ns", "end_ns", "pid", "tid", "device", "stream",
          "correlation", "external_id", "args")  # fmt: skip
 
 
@@ -189,10 +346,11 @@ def _times(ev: dict[str, Any], writer: EventWriter, need_dur: bool) -> tuple[int
     return start, end
 
 
-def _append(cols: dict[str, list[Any]], kind: str, name: str, start: int, end: int,
+def _append(cols: dict[str, list[Any]], event_id: int, kind: str, name: str, start: int, end: int,
             pid: int | None, tid: int | None, device: int | None, stream: int | None,
             correlation: int | None, external_id: int | None,
             args: dict[str, Any] | None) -> None:  # fmt: skip
+    cols["event_id"].append(event_id)
     cols["kind"].append(kind)
     cols["name"].append(name)
     cols["start_ns"].append(start)
@@ -223,8 +381,8 @@ def _big_ints_to_str(value: Any) -> Any:
     return value
 
 
-def _add_complete(ev: dict[str, Any], cols: dict[str, list[Any]], threads: _Threads,
-                  writer: EventWriter) -> None:  # fmt: skip
+def _add_complete(ev: dict[str, Any], event_id: int, cols: dict[str, list[Any]],
+                  threads: _Threads, writer: EventWriter) -> None:  # fmt: skip
     cat = ev.get("cat")
     cat_l = cat.lower() if isinstance(cat, str) else ""
     if cat_l == "trace":
@@ -252,16 +410,18 @@ def _add_complete(ev: dict[str, Any], cols: dict[str, list[Any]], threads: _Thre
         device = _int_arg(args, "device")
         if device is None:
             device = pid
+        if device is not None and not -_INT32 <= device < _INT32:
+            device = None  # the column is 32-bit
         stream = _int_arg(args, "stream")
         if stream is None:
             stream = tid
         pid, tid = None, None  # GPU rows carry device/stream; the host side comes via launch_id
-    _append(cols, kind, name, times[0], times[1], pid, tid, device, stream, correlation,
-            external_id, extra)  # fmt: skip
+    _append(cols, event_id, kind, name, times[0], times[1], pid, tid, device, stream,
+            correlation, external_id, extra)  # fmt: skip
 
 
-def _add_instant(ev: dict[str, Any], cols: dict[str, list[Any]], threads: _Threads,
-                 writer: EventWriter) -> None:  # fmt: skip
+def _add_instant(ev: dict[str, Any], event_id: int, cols: dict[str, list[Any]],
+                 threads: _Threads, writer: EventWriter) -> None:  # fmt: skip
     times = _times(ev, writer, need_dur=False)
     if times is None:
         return
@@ -272,22 +432,25 @@ def _add_instant(ev: dict[str, Any], cols: dict[str, list[Any]], threads: _Threa
         extra["cat"] = ev.get("cat")
     pid = threads.to_int(ev.get("pid"))
     tid = threads.to_int(ev.get("tid"))
-    _append(cols, "mark", name if isinstance(name, str) else str(name), times[0], times[0],
+    _append(cols, event_id, "mark", name if isinstance(name, str) else str(name), times[0],
+            times[0],
             pid, tid, None, None, None, None, extra)  # fmt: skip
 
 
-def _pair_begin_end(ev: dict[str, Any], stacks: dict[tuple[Any, Any], list[dict[str, Any]]],
+def _pair_begin_end(ev: dict[str, Any], event_id: int,
+                    stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]],
                     cols: dict[str, list[Any]], threads: _Threads,
                     writer: EventWriter) -> None:  # fmt: skip
-    key = (ev.get("pid"), ev.get("tid"))
+    """A B/E pair becomes one complete event with the begin's position as its event_id."""
+    key = (_hashable(ev.get("pid")), _hashable(ev.get("tid")))
     if ev.get("ph") == "B":
-        stacks.setdefault(key, []).append(ev)
+        stacks.setdefault(key, []).append((event_id, ev))
         return
     stack = stacks.get(key)
     if not stack:
         writer.skip("end without begin")
         return
-    begin = stack.pop()
+    begin_id, begin = stack.pop()
     t0 = _times(begin, writer, need_dur=False)
     t1 = _times(ev, writer, need_dur=False)
     if t0 is None or t1 is None:
@@ -295,7 +458,11 @@ def _pair_begin_end(ev: dict[str, Any], stacks: dict[tuple[Any, Any], list[dict[
     merged = {**begin, "ph": "X", "dur": (t1[0] - t0[0]) / _NS_PER_US}
     if isinstance(ev.get("args"), dict):
         merged["args"] = {**(begin.get("args") or {}), **ev["args"]}
-    _add_complete(merged, cols, threads, writer)
+    _add_complete(merged, begin_id, cols, threads, writer)
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, type(None))) else repr(value)
 
 
 def _add_metadata(ev: dict[str, Any], names: dict[tuple[int | None, int | None], list[str | None]],

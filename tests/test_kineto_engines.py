@@ -1,0 +1,104 @@
+"""The DuckDB fast path and the Python reference mapper of the Kineto ingestor agree.
+
+Both read real traces (../shared/traces, the bundled sample, a synthetic trace with string
+thread labels, begin/end pairs and instants); every events and threads row and every count
+of what was skipped must be identical. The Python mapper is the one the fuzz and bad-input
+tests hold to its rules, so this keeps the fast path to them too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.conftest import REPO, shared_params
+from tracekit.ingest import kineto
+from tracekit.store import create_schema
+
+EVENT_COLUMNS = ("event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device, stream, "
+                 "correlation, external_id, args::VARCHAR")  # fmt: skip
+
+
+def _ingest(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    monkeypatch.setenv(kineto.ENGINE_ENV, engine)
+    con = duckdb.connect()
+    create_schema(con)
+    info = kineto.ingest(con, path, 1)
+    events = con.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY event_id").fetchall()
+    threads = con.execute("SELECT * FROM threads ORDER BY ALL").fetchall()
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    con.close()
+    stats = (info.stats.events, dict(info.stats.skipped), dict(info.stats.elsewhere))
+    return events, threads, stats, info.metadata, tables
+
+
+def _assert_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = _ingest(path, "duckdb", monkeypatch)
+    ref = _ingest(path, "python", monkeypatch)
+    assert fast[2] == ref[2], "counts differ"
+    assert fast[1] == ref[1], "threads differ"
+    assert len(fast[0]) == len(ref[0]) > 0
+    for a, b in zip(fast[0], ref[0], strict=True):
+        a, b = list(a), list(b)
+        # args: same JSON value (number spelling may differ: 1e-05 vs 1e-5)
+        ja = json.loads(a.pop()) if a[-1] is not None else None
+        jb = json.loads(b.pop()) if b[-1] is not None else None
+        assert (a, ja) == (b, jb)
+    assert fast[3] == ref[3], "trace metadata differs"
+    assert not {t for t in fast[4] if t.startswith("_kineto")}, "temp tables left behind"
+
+
+def _name(p: object) -> str:
+    return getattr(p, "name", "absent")
+
+
+@pytest.mark.parametrize("src", shared_params("kineto_*.json*"), ids=_name)
+def test_engines_agree_on_shared_traces(src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _assert_same(src, monkeypatch)
+
+
+def test_engines_agree_on_the_bundled_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    _assert_same(REPO / "sample_traces" / "torch.pt.trace.json", monkeypatch)
+
+
+def test_engines_agree_on_odd_but_valid_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = [
+        {"ph": "M", "name": "process_name", "pid": "Spans", "args": {"name": "spans"}},
+        {"ph": "X", "cat": "Trace", "name": "profiler", "pid": "Spans", "tid": "PyTorch Profiler",
+         "ts": 1, "dur": 1000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": "stream 9",
+         "ts": 1700000000003.0625, "dur": 2.5, "args": {"External id": 4.0, "Input Dims": [[2]]}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10, "dur": 3,
+         "args": {"correlation": 11, "stream": 7, "device": 0}},
+        {"ph": "X", "cat": "Kernel", "name": "old_cat", "pid": 0, "tid": "stream 8", "ts": 11,
+         "dur": 1, "args": {}},
+        {"ph": "X", "cat": "my_category", "name": "custom", "pid": 7, "tid": 7, "ts": 12,
+         "dur": 1, "args": {"cat": "shadowed", "k": None}},
+        {"ph": "X", "cat": "cuda_sync", "name": "sync", "pid": 0, "tid": 7, "ts": 13, "dur": 1,
+         "args": {"stream": 7}},
+        {"ph": "B", "name": "begin_end", "pid": 7, "tid": 7, "ts": 20, "args": {"a": 1}},
+        {"ph": "i", "name": "mark", "pid": 7, "tid": "Other Label", "ts": 21, "s": "t"},
+        {"ph": "E", "pid": 7, "tid": 7, "ts": 25, "args": {"b": 2}},
+        {"ph": "B", "name": "never_ends", "pid": 7, "tid": 7, "ts": 26},
+        {"ph": "X", "name": "negative", "pid": 7, "tid": 7, "ts": -1, "dur": 1},
+        {"ph": "X", "name": "neg_dur", "pid": 7, "tid": 7, "ts": 1, "dur": -1},
+        {"ph": "X", "name": "huge", "pid": 7, "tid": 7, "ts": 1e300, "dur": 1},
+        {"ph": "X", "name": "no_ts", "pid": 7, "tid": 7, "dur": 1},
+        {"ph": "C", "name": "counter", "pid": 7, "ts": 3, "args": {"v": 1}},
+        {"ph": "s", "id": 11, "pid": 7, "tid": 7, "ts": 9, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "Z", "name": "unknown phase", "pid": 7, "tid": 7, "ts": 1},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 7, "args": {"name": "main"}},
+    ]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": events, "samples": [1, 2], "x": {"y": "]"}}))
+    _assert_same(path, monkeypatch)
+    fast = _ingest(path, "duckdb", monkeypatch)
+    assert fast[2][1] == {"negative ts": 1, "negative dur": 1, "ts or dur out of range": 1,
+                          "missing or non-numeric ts": 1, "counter event": 1,
+                          "unsupported phase 'Z'": 1, "begin without end": 1}  # fmt: skip
+    assert fast[3]["samples"] == [1, 2]
