@@ -12,6 +12,9 @@ around the work only (imports excluded), with that process's peak RSS:
   orjson+pass      the same with orjson.loads (when orjson is installed)
   ingest (cold)    tracekit.store.ensure_trace_store with no cache: parse + build the store
   reopen (cached)  tracekit.open on the cached store + SELECT count(*) FROM events
+  report (cached)  tracekit.report.write_report (HTML) over the cached store
+  gunzip           gzip.open(path.gz).read() in 16 MiB blocks (with --gz)
+  ingest .gz       the cold ingest of path.gz (with --gz; the .gz is made once, level 6)
 
 The file is in the OS page cache for every row (it was just written or read), so the rows
 compare parsing, not disk. Prints seconds (median of --repeat), events/s, MB/s, peak RSS,
@@ -70,7 +73,20 @@ SNIPPETS = {
         "import tracekit",
         "t = tracekit.open(PATH); N = t.sql('SELECT count(*) AS n FROM events')['n'][0]; "
         "t.close()"),
+    "report (cached)": (
+        "import os, tempfile\nfrom pathlib import Path\nfrom tracekit.report import write_report\n"
+        "out = Path(tempfile.mkdtemp()) / 'r.html'",
+        "write_report([Path(PATH)], out, force=True); N = 0; os.unlink(out)"),
+    "gunzip": (
+        "import gzip",
+        "f = gzip.open(PATH + '.gz')\nwhile f.read(16 << 20): pass\nN = 0"),
+    "ingest .gz (cold)": (
+        "from pathlib import Path\n"
+        "from tracekit.store import cache_path_for, ensure_trace_store\n"
+        "cache_path_for(Path(PATH + '.gz')).unlink(missing_ok=True)",
+        "r = ensure_trace_store(Path(PATH + '.gz'), [], refresh=True); N = r.events"),
 }  # fmt: skip
+GZ_ROWS = ("gunzip", "ingest .gz (cold)")
 
 CHILD = """
 import resource, sys, time
@@ -107,6 +123,18 @@ def trace_for(events: int, folder: Path) -> Path:
     return path
 
 
+def gzip_beside(path: Path) -> Path:
+    gz = Path(f"{path}.gz")
+    if not gz.exists():
+        import gzip
+        import shutil
+
+        with open(path, "rb") as src, gzip.open(f"{gz}.part", "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 16 << 20)
+        os.replace(f"{gz}.part", gz)
+    return gz
+
+
 def machine() -> str:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     mem = ""
@@ -131,9 +159,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per row (median is shown)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/tracekit-bench"))
     ap.add_argument("--skip", default="", help="comma-separated row names to leave out")
+    ap.add_argument("--gz", action="store_true", help="also time gunzip and a .gz ingest")
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     names = [n for n in SNIPPETS if n not in args.skip.split(",")]
+    if not args.gz:
+        names = [n for n in names if n not in GZ_ROWS]
     try:
         import orjson  # noqa: F401
     except ImportError:
@@ -141,6 +172,8 @@ def main() -> None:
     print(f"machine: {machine()}", flush=True)
     for size in (int(float(s)) for s in args.sizes.split(",")):
         path = trace_for(size, args.dir)
+        if args.gz:
+            gzip_beside(path)
         mb = path.stat().st_size / 1e6
         rows: dict[str, tuple[float, int, int]] = {}
         for name in names:

@@ -8,6 +8,7 @@ under a file lock, so a crash or a concurrent ingest never leaves a half-written
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import fcntl
@@ -15,6 +16,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -139,6 +141,9 @@ def _lock(source: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+MEMORY_ENV = "TRACEKIT_MEMORY_LIMIT"  # DuckDB memory_limit while building a store
+
+
 def _remove_stale_temps(cache: Path) -> None:
     """Delete temp stores left by a build that was killed (kill -9, power loss).
 
@@ -147,7 +152,10 @@ def _remove_stale_temps(cache: Path) -> None:
     """
     for p in cache.parent.glob(f".{glob.escape(cache.name)}.*.tmp*"):
         with contextlib.suppress(OSError):
-            p.unlink()
+            if p.is_dir():  # DuckDB's spill folder
+                shutil.rmtree(p)
+            else:
+                p.unlink()
 
 
 def _sweep_if_idle(source: Path, cache: Path) -> None:
@@ -201,26 +209,34 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
     tmp = Path(tmp_name)
     tmp.unlink()  # DuckDB wants to create the file itself
     con = duckdb.connect(str(tmp))
+    # The digest reads the whole file: do it beside the ingest (hashlib releases the GIL).
+    hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    digest = hasher.submit(_sha256, source)
     try:
         con.execute("SET preserve_insertion_order = false")
+        # Bounded memory whatever the trace: DuckDB spills to <store>.tmp beyond this.
+        con.execute("SET memory_limit = $m", {"m": os.environ.get(MEMORY_ENV, "2GB")})
         create_schema(con)
         info = _run_ingestor(con, source, fmt, scratch=tmp)
         derive(con, rules)
         sidecars = _sidecar_files(source)
         if sidecars:
             apply_attributes(con, 1, sidecars)
-        _write_trace_row(con, source, info)
+        _write_trace_row(con, source, info, digest.result())
         con.executemany("INSERT INTO meta VALUES (?, ?)", sorted(key.items()))
         con.execute("CHECKPOINT")
         con.close()
         os.replace(tmp, out)
     except BaseException:
         con.close()
+        digest.cancel()
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         with contextlib.suppress(FileNotFoundError):
             Path(str(tmp) + ".wal").unlink()
         raise
+    finally:
+        hasher.shutdown(wait=False)
     return IngestResult(
         source=source,
         store=out,
@@ -232,7 +248,9 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
     )
 
 
-def _write_trace_row(con: duckdb.DuckDBPyConnection, source: Path, info: TraceInfo) -> None:
+def _write_trace_row(
+    con: duckdb.DuckDBPyConnection, source: Path, info: TraceInfo, sha256: str
+) -> None:
     stats: IngestStats = info.stats
     con.execute(
         """
@@ -248,7 +266,7 @@ def _write_trace_row(con: duckdb.DuckDBPyConnection, source: Path, info: TraceIn
             "tool_version": info.tool_version,
             "host": info.host,
             "devices": json.dumps(info.devices, default=str),
-            "sha": _sha256(source),
+            "sha": sha256,
             "now": dt.datetime.now(dt.UTC).replace(tzinfo=None),
             "rank": info.rank,
             "clock": info.clock_offset_ns,

@@ -1,6 +1,7 @@
 -- Kineto/Chrome trace events → events rows, in SQL: the fast path of tracekit/ingest/kineto.py.
 -- Reads the traceEvents array that json_scan.extract_events_array wrote to its own file
 -- (@events_json is replaced by that path, quoted), with DuckDB's read_json (C++, all cores).
+-- An element over 64 MiB (read_json buffers twice that) makes kineto.py use the Python mapper.
 -- Defines:
 --   _kineto_events  temp table: one row per element, event_id = its 1-based position, with
 --                   the Python mapper's rules applied: fate ('placed', 'skipped', 'elsewhere',
@@ -39,7 +40,7 @@ CREATE OR REPLACE TEMP MACRO tk_us_to_ns(x) AS CASE WHEN x < 1e20
 
 CREATE OR REPLACE TEMP VIEW _kineto_read AS
 SELECT ordinality AS event_id, ph, cat, name, pid, tid, ts, dur, args
-FROM read_json(@events_json, format = 'array', maximum_object_size = 1073741824,
+FROM read_json(@events_json, format = 'array', maximum_object_size = 67108864,
                columns = {ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR',
                           tid: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE', args: 'JSON'})
      WITH ORDINALITY;
