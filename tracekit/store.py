@@ -141,6 +141,14 @@ def _lock(source: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def connect(path: str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection without DuckDB's own progress bar (it would garble ours and the
+    CLI's output on long queries)."""
+    con = duckdb.connect(path, read_only=read_only)
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 MEMORY_ENV = "TRACEKIT_MEMORY_LIMIT"  # DuckDB memory_limit while building a store
 
 
@@ -208,7 +216,7 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
     os.close(fd)
     tmp = Path(tmp_name)
     tmp.unlink()  # DuckDB wants to create the file itself
-    con = duckdb.connect(str(tmp))
+    con = connect(str(tmp))
     # The digest reads the whole file: do it beside the ingest (hashlib releases the GIL).
     hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     digest = hasher.submit(_sha256, source)

@@ -22,6 +22,7 @@ from tracekit.store import (
     CACHE_SUFFIX,
     TABLES,
     IngestResult,
+    connect,
     create_schema,
     ensure_trace_store,
     is_duckdb_file,
@@ -196,12 +197,12 @@ def open_traces(
     store_files = [r.store for r in ingests] + stores
     if len(store_files) == 1:
         try:
-            con = duckdb.connect(str(store_files[0]), read_only=read_only)
+            con = connect(str(store_files[0]), read_only=read_only)
         except duckdb.Error as e:
             raise StoreError(f"{store_files[0]}: cannot open store ({_first_line(e)})") from None
         _check_store(con, store_files[0])
         return TraceSet(con, traces or stores, ingests)
-    con = duckdb.connect(":memory:")
+    con = connect(":memory:")
     _attach_union(con, store_files)
     return TraceSet(con, traces + stores, ingests)
 
@@ -264,7 +265,7 @@ def write_store(
     tmp = Path(tmp_name)
     tmp.unlink()
     try:
-        con = duckdb.connect(str(tmp))
+        con = connect(str(tmp))
         create_schema(con)
         _attach_union(con, store_files, view_prefix="_all_")
         for t in TABLES:
