@@ -167,7 +167,11 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
                    events_json: Path) -> TraceInfo:  # fmt: skip
     scan = ScanResult()
     with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
-        if not extract_events_array(path, events_json, scan, progress=update):
+        try:
+            extracted = extract_events_array(path, events_json, scan, progress=update)
+        except OSError as e:  # no room for the scratch copy, say: the Python mapper needs none
+            raise _DuckDBCannotRead(str(e)) from None
+        if not extracted:
             raise _DuckDBCannotRead("unexpected document shape")
     script = files("tracekit.ingest").joinpath("kineto.sql").read_text()
     setup, _, labels_sql, _, insert_sql = re.split(r"^-- @(labels|insert)\b.*$", script, flags=re.M)
