@@ -155,11 +155,14 @@ def _scratch_file(prefix: Path | None) -> Iterator[Path]:
 
 
 _RARE_BATCH = 50_000
+# Constants of this module only (never trace data), so they can be SQL literals.
+_KIND_CASE = "CASE x.cat_l " + " ".join(
+    f"WHEN '{cat}' THEN '{kind}'" for cat, kind in sorted(CATEGORY_KINDS.items())
+) + " ELSE 'other' END"
 _CLEANUP = (
     "DROP TABLE IF EXISTS _kineto_events",
     "DROP VIEW IF EXISTS _kineto_read",
     "DROP TABLE IF EXISTS _kineto_labels",
-    "DROP TABLE IF EXISTS _kineto_kinds",
 )
 
 
@@ -176,12 +179,10 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
     script = files("tracekit.ingest").joinpath("kineto.sql").read_text()
     setup, _, labels_sql, _, insert_sql = re.split(r"^-- @(labels|insert)\b.*$", script, flags=re.M)
     literal = "'" + str(events_json).replace("'", "''") + "'"
-    con.execute("CREATE OR REPLACE TEMP TABLE _kineto_kinds (cat VARCHAR, kind VARCHAR)")
-    con.executemany("INSERT INTO _kineto_kinds VALUES (?, ?)", sorted(CATEGORY_KINDS.items()))
     writer = EventWriter(con, trace_id)
     try:
         try:
-            con.execute(setup.replace("@events_json", literal))
+            con.execute(setup.replace("@events_json", literal).replace("@kind_case", _KIND_CASE))
         except (duckdb.InvalidInputException, duckdb.ConversionException) as e:
             raise _DuckDBCannotRead(str(e)) from None
         fates = con.execute(
