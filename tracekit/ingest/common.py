@@ -103,17 +103,12 @@ class EventWriter:
         return event_id
 
     def add_columns(self, columns: dict[str, list[Any]]) -> None:
-        """Append a whole batch at once (columns keyed like _COLUMNS). event_id is assigned
-        here unless the batch brings its own."""
+        """Append a whole batch at once: columns keyed like _COLUMNS, event_id included (the
+        Kineto ingestor numbers events by their position in the file)."""
         self.flush()
         n = len(columns["kind"])
-        if n == 0:
-            return
-        if "event_id" not in columns:
-            columns = dict(columns)
-            columns["event_id"] = list(range(self.next_id, self.next_id + n))
-            self.next_id += n
-        self._write(columns, n)
+        if n:
+            self._write(columns, n)
 
     def skip(self, reason: str, count: int = 1) -> None:
         self.stats.skipped[reason] += count

@@ -54,6 +54,33 @@ def _read(f: IO[bytes], path: Path, n: int) -> bytes:
         raise TraceFormatError(f"{path}: corrupt gzip ({e})") from None
 
 
+def _real_quotes(a: np.ndarray, data: bytes, escape_pending: bool = False) -> np.ndarray:
+    """Positions of the unescaped '"' in `data` (`a` is its bytes as uint8).
+
+    A quote is escaped when preceded by an odd run of backslashes (rare: the loop is fine);
+    `escape_pending` says the bytes before `data` ended on an odd run inside a string.
+    """
+    quotes = np.flatnonzero(a == _QUOTE)
+    if not len(quotes):
+        return quotes
+    maybe = quotes[(quotes > 0) & (a[np.maximum(quotes - 1, 0)] == _BSLASH)]
+    escaped = []
+    for q in maybe.tolist():
+        run, i = 0, q - 1
+        while i >= 0 and data[i] == _BSLASH:
+            run += 1
+            i -= 1
+        if i < 0 and escape_pending:
+            run += 1
+        if run % 2 == 1:
+            escaped.append(q)
+    if escape_pending and quotes[0] == 0:
+        escaped.append(0)
+    if escaped:
+        quotes = np.setdiff1d(quotes, np.array(escaped, dtype=quotes.dtype))
+    return quotes
+
+
 class _Structure:
     """Incremental string/bracket state across blocks."""
 
@@ -65,24 +92,7 @@ class _Structure:
     def scan(self, block: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (positions, byte values, depth after each) of brackets outside strings."""
         a = np.frombuffer(block, dtype=np.uint8)
-        quotes = np.flatnonzero(a == _QUOTE)
-        if len(quotes):
-            # A quote is escaped when preceded by an odd run of backslashes (rare: loop is fine).
-            maybe = quotes[(quotes > 0) & (a[np.maximum(quotes - 1, 0)] == _BSLASH)]
-            escaped = []
-            for q in maybe.tolist():
-                run, i = 0, q - 1
-                while i >= 0 and block[i] == _BSLASH:
-                    run += 1
-                    i -= 1
-                if i < 0 and self.escape_pending:
-                    run += 1
-                if run % 2 == 1:
-                    escaped.append(q)
-            if self.escape_pending and quotes[0] == 0:
-                escaped.append(0)
-            if escaped:
-                quotes = np.setdiff1d(quotes, np.array(escaped, dtype=quotes.dtype))
+        quotes = _real_quotes(a, block, self.escape_pending)
         brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
         # Parity of real quotes before each bracket says whether it sits inside a string.
         before = np.searchsorted(quotes, brackets)
@@ -125,23 +135,12 @@ def iter_event_chunks(
     `progress(n)` is called after each block with the bytes of the file (compressed bytes for
     gzip) consumed so far, to compare with the file's size.
     """
-    for body in iter_event_bodies(path, result, block_bytes, progress):
-        events = _parse_events(body, path)
-        if events:
-            yield events
-
-
-def iter_event_bodies(
-    path: Path,
-    result: ScanResult,
-    block_bytes: int = BLOCK_BYTES,
-    progress: Callable[[int], None] | None = None,
-) -> Iterator[bytes]:
-    """Like iter_event_chunks, but yield the raw bytes of each run of complete events
-    (comma-separated elements, possibly with a leading comma and whitespace), unparsed."""
     with open_trace_bytes(path) as f:
-        yield from _iter(f, path, result, block_bytes, _position(f) if progress else None,
-                         progress)  # fmt: skip
+        tell = _position(f) if progress else None
+        for body in _iter(f, path, result, block_bytes, tell, progress):
+            events = _parse_events(body, path)
+            if events:
+                yield events
 
 
 TAIL_BYTES = 64 * 1024 * 1024
@@ -183,13 +182,14 @@ def extract_events_array(
             else:
                 _copy_range(raw, out, len(head), progress)
             size = out.tell()
+        events_depth = _events_depth(head, start)
         with open(out_path, "r+b") as out:
             window = 1024 * 1024
             while True:  # widen the tail window until the array's end is inside it
                 tail_from = max(1, size - window)  # byte 0 is the array's own '['
                 out.seek(tail_from)
                 tail = out.read()
-                end, _ = _array_end_from_tail(tail, _events_depth(head, start))
+                end = _array_end_from_tail(tail, events_depth)
                 if end >= 0 or tail_from == 1 or window >= TAIL_BYTES:
                     break
                 window *= 8
@@ -250,35 +250,21 @@ def _copy_range(src: IO[bytes], out: IO[bytes], offset: int,
     out.seek(0, os.SEEK_END)
 
 
-def _array_end_from_tail(tail: bytes, events_depth: int) -> tuple[int, int]:
+def _array_end_from_tail(tail: bytes, events_depth: int) -> int:
     """Offset in `tail` of the ']' closing the events array, scanning back from the end.
 
     Going backwards from the end of the document (outside strings, depth 0), a bracket is
     inside a string when an odd number of real quotes follow it. The events array's ']' is the
     leftmost one that takes the depth from events_depth - 1 to events_depth with no return to
-    events_depth - 1 further left (its '[' lies before the tail). Returns (-1, 0) if none.
+    events_depth - 1 further left (its '[' lies before the tail). Returns -1 if none.
     """
     a = np.frombuffer(tail, dtype=np.uint8)
-    if not len(a):
-        return -1, 0
-    quotes = np.flatnonzero(a == _QUOTE)
-    if len(quotes):
-        maybe = quotes[(quotes > 0) & (a[np.maximum(quotes - 1, 0)] == _BSLASH)]
-        escaped = []
-        for q in maybe.tolist():
-            run, i = 0, q - 1
-            while i >= 0 and tail[i] == _BSLASH:
-                run += 1
-                i -= 1
-            if run % 2 == 1:
-                escaped.append(q)
-        if escaped:
-            quotes = np.setdiff1d(quotes, np.array(escaped, dtype=quotes.dtype))
+    quotes = _real_quotes(a, tail)
     brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
     after = len(quotes) - np.searchsorted(quotes, brackets, side="right")
     brackets = brackets[after % 2 == 0]
     if not len(brackets):
-        return -1, 0
+        return -1
     values = a[brackets][::-1]
     # Backwards, a closer opens a level and an opener closes one.
     delta = np.where((values == 125) | (values == 93), 1, -1).astype(np.int64)
@@ -287,11 +273,11 @@ def _array_end_from_tail(tail: bytes, events_depth: int) -> tuple[int, int]:
     target = np.flatnonzero((values == 93) & (depth_before == events_depth - 1)
                             & (depth_after == events_depth))  # fmt: skip
     if not len(target):
-        return -1, 0
+        return -1
     k = int(target[-1])  # leftmost
     if (depth_after[k:] <= events_depth - 1).any():
-        return -1, 0  # it opened inside the tail: not the events array
-    return int(brackets[::-1][k]), events_depth
+        return -1  # it opened inside the tail: not the events array
+    return int(brackets[::-1][k])
 
 
 def _position(f: IO[bytes]) -> Callable[[], int]:

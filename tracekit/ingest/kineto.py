@@ -438,8 +438,7 @@ def _add_instant(ev: dict[str, Any], event_id: int, cols: dict[str, list[Any]],
     pid = threads.to_int(ev.get("pid"))
     tid = threads.to_int(ev.get("tid"))
     _append(cols, event_id, "mark", name if isinstance(name, str) else str(name), times[0],
-            times[0],
-            pid, tid, None, None, None, None, extra)  # fmt: skip
+            times[0], pid, tid, None, None, None, None, extra)  # fmt: skip
 
 
 def _pair_begin_end(ev: dict[str, Any], event_id: int,
