@@ -7,6 +7,7 @@ from importlib.resources import files
 
 import duckdb
 
+from tracekit.ingest.common import STAGING_TABLE
 from tracekit.stages import StageRule
 
 
@@ -18,17 +19,24 @@ def _events_ddl() -> str:
 
 
 def derive(con: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
-    """Fill the derived columns and tables of the single trace held by `con`."""
+    """Fill the derived columns and tables of the single trace held by `con`.
+
+    The rows come from the ingestor's temp staging table when it left them there, else from
+    `events` itself (renamed aside; `events` is then written anew).
+    """
+    staged = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = $t",
+        {"t": STAGING_TABLE},
+    ).fetchone()
+    if not (staged and staged[0]):
+        con.execute(f"ALTER TABLE events RENAME TO {STAGING_TABLE}")
+        con.execute(_events_ddl())
     con.execute("CREATE OR REPLACE TEMP TABLE _stage_rules (stage VARCHAR, pattern VARCHAR)")
     if rules:
         con.executemany(
             "INSERT INTO _stage_rules VALUES (?, ?)", [(r.stage, r.pattern) for r in rules]
         )
     script = files("tracekit").joinpath("derive.sql").read_text()
-    script = script.replace(
-        "-- @events_ddl (the events CREATE TABLE of schema.sql is spliced in here by derive.py)",
-        _events_ddl(),
-    )
     con.execute(script)
     for table in (
         "_host",

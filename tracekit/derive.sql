@@ -1,4 +1,6 @@
 -- Derivation run once per trace after ingest, over a store holding that one trace.
+-- Reads the ingested rows from _events_raw (the ingestor's temp staging table, or `events`
+-- renamed by derive.py) and writes `events` once, derived and in event_id order.
 -- Fills events.parent_id/depth/self_ns (nesting per host thread), launch_id (GPU row -> runtime
 -- call, by correlation within the process), stage and request_id (attribution rules of
 -- docs/architecture.md), and the stages and requests tables.
@@ -9,7 +11,7 @@
 -- first; zero-length events end right after they start.
 CREATE OR REPLACE TEMP TABLE _host AS
 SELECT event_id, coalesce(pid, -1) AS pid, tid, start_ns, end_ns, dur_ns
-FROM events
+FROM _events_raw
 WHERE tid IS NOT NULL AND kind NOT IN ('kernel', 'memcpy', 'memset', 'gpu_range');
 
 CREATE OR REPLACE TEMP TABLE _starts AS
@@ -36,7 +38,7 @@ FROM _starts c ASOF LEFT JOIN _starts p
 
 CREATE OR REPLACE TEMP TABLE _children AS
 SELECT n.parent_id AS event_id, sum(e.dur_ns) AS child_ns
-FROM _nest n JOIN events e USING (event_id)
+FROM _nest n JOIN _events_raw e USING (event_id)
 WHERE n.parent_id IS NOT NULL
 GROUP BY n.parent_id;
 
@@ -45,8 +47,8 @@ GROUP BY n.parent_id;
 -- call nests inside a runtime call with the same id, the outer (earliest) one launched it.
 CREATE OR REPLACE TEMP TABLE _launch AS
 SELECT g.event_id, arg_min(r.event_id, r.start_ns) AS launch_id
-FROM events g
-JOIN events r
+FROM _events_raw g
+JOIN _events_raw r
   ON r.kind = 'runtime' AND r.correlation = g.correlation AND (g.pid IS NULL OR g.pid = r.pid)
 WHERE g.tid IS NULL AND g.correlation IS NOT NULL AND g.correlation <> 0
   AND g.kind IN ('kernel', 'memcpy', 'memset', 'sync')
@@ -55,13 +57,13 @@ GROUP BY g.event_id;
 -- 3. Stages: tracekit:<stage> ranges, plus user rules (outermost match per thread).
 CREATE OR REPLACE TEMP TABLE _rule_hits AS
 SELECT e.event_id, r.stage, e.start_ns, e.end_ns, e.pid, e.tid
-FROM events e JOIN _stage_rules r ON regexp_matches(e.name, r.pattern)
+FROM _events_raw e JOIN _stage_rules r ON regexp_matches(e.name, r.pattern)
 WHERE e.kind IN ('range', 'cpu_op', 'python') AND e.tid IS NOT NULL
   AND NOT (e.kind = 'range' AND e.name LIKE 'tracekit:%');
 
 CREATE OR REPLACE TEMP TABLE _stage_ranges AS
 SELECT event_id, substr(name, 10) AS stage, start_ns, end_ns, pid, tid
-FROM events
+FROM _events_raw
 WHERE kind = 'range' AND name LIKE 'tracekit:%' AND name <> 'tracekit:request'
   AND tid IS NOT NULL AND length(name) > 9
 UNION ALL
@@ -78,11 +80,11 @@ WHERE NOT EXISTS (
 -- stages that starts again each time the first stage name recurs.
 CREATE OR REPLACE TEMP TABLE _req_ranges AS
 SELECT event_id, start_ns, end_ns, pid, tid, 'tracekit:request' AS source
-FROM events WHERE kind = 'range' AND name = 'tracekit:request' AND tid IS NOT NULL;
+FROM _events_raw WHERE kind = 'range' AND name = 'tracekit:request' AND tid IS NOT NULL;
 
 INSERT INTO _req_ranges
 SELECT event_id, start_ns, end_ns, pid, tid, 'ProfilerStep'
-FROM events
+FROM _events_raw
 WHERE (SELECT count(*) FROM _req_ranges) = 0
   AND kind IN ('range', 'cpu_op') AND tid IS NOT NULL
   AND regexp_full_match(name, 'ProfilerStep#[0-9]+');
@@ -147,9 +149,6 @@ SELECT st.event_id,
        CASE WHEN st.start_ns <= st.s_end THEN st.stage END AS stage,
        CASE WHEN rq.start_ns <= rq.r_end THEN rq.request_id END AS request_id
 FROM st JOIN rq USING (event_id);
-
-ALTER TABLE events RENAME TO _events_raw;
--- @events_ddl (the events CREATE TABLE of schema.sql is spliced in here by derive.py)
 
 INSERT INTO events
 SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,

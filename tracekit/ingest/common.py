@@ -24,6 +24,9 @@ EVENT_KINDS = (
     "other",
 )
 GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_range")
+# An ingestor may leave its rows in this temp table (events' columns, extra ones ignored)
+# instead of `events`: tracekit.derive then writes `events` once, derived, instead of twice.
+STAGING_TABLE = "_events_raw"
 
 _COLUMNS: list[tuple[str, pa.DataType]] = [
     ("event_id", pa.int64()),
@@ -61,8 +64,10 @@ class EventWriter:
     already-encoded JSON string (or None) so the hot path never builds nested Arrow types.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, trace_id: int, batch_rows: int = 200_000):
+    def __init__(self, con: duckdb.DuckDBPyConnection, trace_id: int, batch_rows: int = 200_000,
+                 table: str = "events") -> None:  # fmt: skip
         self.con = con
+        self.table = table
         self.trace_id = trace_id
         self.batch_rows = batch_rows
         self.next_id = 1
@@ -123,11 +128,11 @@ class EventWriter:
         batch = pa.table({name: pa.array(cols[name], type=t) for name, t in _COLUMNS})
         self.con.register("_tk_batch", batch)
         self.con.execute(
-            """
-            INSERT INTO events (trace_id, event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid,
-                                device, stream, correlation, external_id, args)
-            SELECT $trace_id, event_id, kind, name, start_ns, end_ns, end_ns - start_ns, pid, tid,
-                   device, stream, correlation, external_id, args::JSON
+            f"""
+            INSERT INTO {self.table} (trace_id, event_id, kind, name, start_ns, end_ns, dur_ns,
+                                      pid, tid, device, stream, correlation, external_id, args)
+            SELECT $trace_id, event_id, kind, name, start_ns, end_ns, end_ns - start_ns, pid,
+                   tid, device, stream, correlation, external_id, args::JSON
             FROM _tk_batch
             """,
             {"trace_id": self.trace_id},

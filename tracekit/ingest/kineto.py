@@ -8,6 +8,7 @@ import math
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from importlib.resources import files
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import duckdb
 import orjson
 
-from tracekit.ingest.common import EventWriter, TraceInfo, add_thread
+from tracekit.ingest.common import STAGING_TABLE, EventWriter, TraceInfo, add_thread
 from tracekit.ingest.json_scan import ScanResult, extract_events_array, iter_event_chunks
 from tracekit.progress import progress_bar
 
@@ -106,7 +107,8 @@ ENGINE_ENV = "TRACEKIT_KINETO_ENGINE"  # "python" forces the reference mapper
 def ingest(
     con: duckdb.DuckDBPyConnection, path: Path, trace_id: int, scratch: Path | None = None
 ) -> TraceInfo:
-    """Map every event of a Chrome/Kineto trace into `events` and `threads`.
+    """Map every event of a Chrome/Kineto trace into `events` (or its staging table, see
+    tracekit.ingest.common.STAGING_TABLE: tracekit.derive moves the rows) and `threads`.
 
     Fast path: the traceEvents array is copied out byte for byte and parsed by DuckDB's
     read_json (C++, both cores), and kineto.sql maps the complete events in SQL; the few
@@ -117,11 +119,8 @@ def ingest(
     the store being built); event_id is the event's 1-based position in traceEvents.
     """
     if os.environ.get(ENGINE_ENV, "duckdb") != "python":
-        with _scratch_file(scratch) as events_json:
-            try:
-                return _ingest_duckdb(con, path, trace_id, events_json)
-            except _DuckDBCannotRead:
-                con.execute("DELETE FROM events WHERE trace_id = $t", {"t": trace_id})
+        with _scratch_file(scratch) as events_json, contextlib.suppress(_DuckDBCannotRead):
+            return _ingest_duckdb(con, path, trace_id, events_json)
     # The events are acyclic dicts freed chunk by chunk: the cyclic collector finds nothing to
     # free, yet its passes over millions of young objects cost 3x the parse (docs/architecture.md).
     enabled = gc.isenabled()
@@ -160,8 +159,9 @@ _KIND_CASE = "CASE x.cat_l " + " ".join(
     f"WHEN '{cat}' THEN '{kind}'" for cat, kind in sorted(CATEGORY_KINDS.items())
 ) + " ELSE 'other' END"
 _CLEANUP = (
-    "DROP TABLE IF EXISTS _kineto_events",
-    "DROP VIEW IF EXISTS _kineto_read",
+    "DROP TABLE IF EXISTS _kineto_rare",
+    "DROP TABLE IF EXISTS _kineto_mapped",
+    "DROP TABLE IF EXISTS _kineto_raw",
     "DROP TABLE IF EXISTS _kineto_labels",
 )
 
@@ -177,27 +177,37 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
         if not extracted:
             raise _DuckDBCannotRead("unexpected document shape")
     script = files("tracekit.ingest").joinpath("kineto.sql").read_text()
-    setup, _, labels_sql, _, insert_sql = re.split(r"^-- @(labels|insert)\b.*$", script, flags=re.M)
+    setup, _, placed_sql, _, labels_sql = re.split(r"^-- @(placed|labels)\b.*$", script,
+                                                   flags=re.M)  # fmt: skip
     literal = "'" + str(events_json).replace("'", "''") + "'"
-    writer = EventWriter(con, trace_id)
+    setup = setup.replace("@events_json", literal).replace("@kind_case", _KIND_CASE)
+    writer = EventWriter(con, trace_id, table=STAGING_TABLE)
     try:
         try:
-            con.execute(setup.replace("@events_json", literal).replace("@kind_case", _KIND_CASE))
+            con.execute(setup.replace("@trace_id", str(int(trace_id))))
+            with contextlib.suppress(FileNotFoundError):  # parsed: the copy is no longer needed
+                events_json.unlink()
+            # Per fate and pid/tid label: labels are few, so this stays a handful of groups.
+            groups = con.execute(
+                "SELECT fate, reason, pid_label, tid_label, count(*), min(event_id) "
+                "FROM _kineto_mapped GROUP BY ALL"
+            ).fetchall()
         except (duckdb.InvalidInputException, duckdb.ConversionException) as e:
             raise _DuckDBCannotRead(str(e)) from None
-        fates = con.execute(
-            "SELECT fate, reason, count(*), count(*) FILTER (WHERE (pid IS NOT NULL AND "
-            "pid_i IS NULL) OR (tid IS NOT NULL AND tid_i IS NULL)) "
-            "FROM _kineto_events GROUP BY ALL"
-        ).fetchall()
-        if any(row[3] for row in fates):
-            con.execute(labels_sql)
-        else:
+        con.execute(placed_sql)
+        threads = _Threads()
+        threads.string_ids = _label_ids(groups)
+        if threads.string_ids:
             con.execute("CREATE OR REPLACE TEMP TABLE _kineto_labels (label VARCHAR, id BIGINT)")
-        con.execute(insert_sql, {"trace_id": trace_id})
+            con.executemany("INSERT INTO _kineto_labels VALUES (?, ?)",
+                            [(label, -ident) for label, ident in threads.string_ids.items()])
+            con.execute(labels_sql)
+        fates: Counter[tuple[str, str | None]] = Counter()
+        for fate, reason, _, _, n, _ in groups:
+            fates[fate, reason] += n
         stats = writer.stats
         rare = 0
-        for fate, reason, n, _ in fates:
+        for (fate, reason), n in fates.items():
             if fate == "placed":
                 stats.events += n
             elif fate == "skipped":
@@ -206,17 +216,12 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
                 stats.elsewhere[reason] += n
             else:
                 rare += n
-        threads = _Threads()
-        threads.string_ids = {
-            label: -ident
-            for label, ident in con.execute("SELECT label, id FROM _kineto_labels").fetchall()
-        }
         names: dict[tuple[int | None, int | None], list[str | None]] = {}
         begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]] = {}
         last = 0
         while rare and (rows := con.execute(  # pages: an insert between fetches ends a stream
-            "SELECT event_id, ph, cat, name, pid, tid, ts, dur, args FROM _kineto_events "
-            "WHERE fate = 'python' AND event_id > $last ORDER BY event_id LIMIT $n",
+            "SELECT event_id, ph, cat, name, pid, tid, ts, dur, args FROM _kineto_rare "
+            "WHERE event_id > $last ORDER BY event_id LIMIT $n",
             {"last": last, "n": _RARE_BATCH},
         ).fetchall()):
             last = rows[-1][0]
@@ -226,10 +231,24 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
                        writer)  # fmt: skip
             writer.add_columns(cols)
         _finish(con, trace_id, writer, names, begin_stacks)
+    except BaseException:
+        con.execute(f"DROP TABLE IF EXISTS {STAGING_TABLE}")
+        raise
     finally:
         for statement in _CLEANUP:
             con.execute(statement)
     return _trace_info(scan.top, writer)
+
+
+def _label_ids(groups: list[tuple[Any, ...]]) -> dict[str, int]:
+    """Ids for non-integer pid/tid labels as the Python mapper gives them: 1, 2, ... by first
+    appearance, a pid before the tid of the same event (stored negated)."""
+    first: dict[str, int] = {}
+    for *_, pid_text, tid_text, _, min_id in groups:
+        for label, pos in ((pid_text, min_id * 2), (tid_text, min_id * 2 + 1)):
+            if label is not None and pos < first.get(label, pos + 1):
+                first[label] = pos
+    return {label: i for i, label in enumerate(sorted(first, key=first.__getitem__), 1)}
 
 
 _REBUILT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")

@@ -3,15 +3,24 @@
 -- (@events_json is replaced by that path, quoted), with DuckDB's read_json (C++, all cores).
 -- An element over 64 MiB (read_json buffers twice that) makes kineto.py use the Python mapper.
 -- Defines:
---   _kineto_events  temp table: one row per element, event_id = its 1-based position, with
---                   the Python mapper's rules applied: fate ('placed', 'skipped', 'elsewhere',
---                   'python') and reason; 'python' rows (metadata, instants, begin/end pairs,
---                   unknown phases) are mapped by kineto.py.
---   _kineto_labels  table: non-integer pid/tid labels ('Spans') with ids -1, -2, ... by first
---                   appearance, pid before tid.
--- Then inserts the placed rows into `events` (parameter $trace_id). @kind_case is replaced by
--- a CASE over cat_l built from kineto.py's CATEGORY_KINDS (a join to a table of them cost 0.4 s
--- per 1e6 events).
+--   _kineto_raw     temp table: every element as read, event_id = its 1-based position.
+--   _kineto_mapped  temp table from it (then _kineto_raw is dropped): each element's fate
+--                   ('placed', 'skipped', 'elsewhere', 'python') and reason under the Python
+--                   mapper's rules, the placed ones fully mapped to events' columns; 'python'
+--                   rows (metadata, instants, begin/end pairs, unknown phases) keep their
+--                   fields as read (pid_text, tid_text, ph, cat, ts, dur, args) for kineto.py;
+--                   pid_label/tid_label: pid/tid text that is not an integer.
+--                   (Parsing into a table and mapping from it measured 2.8 s per 1e6 events;
+--                   the same mapping inside the read_json query, 4.0 s.)
+-- Section @placed, run after kineto.py has counted the fates:
+--   _kineto_rare    temp table: the 'python' rows;
+--   _events_raw     _kineto_mapped renamed, the other rows deleted: the staging table that
+--                   derive.sql reads (its extra columns are ignored there).
+-- Section @labels, run only when a pid/tid was not an integer: _kineto_labels(label, id) is filled by
+-- kineto.py (ids -1, -2, ... by first appearance, pid before tid), then written where the
+-- Python mapper puts them.
+-- Spliced: @trace_id is replaced by the trace id (an integer); @kind_case by a CASE over cat_l built
+-- from kineto.py's CATEGORY_KINDS (a join to a table of them cost 0.4 s per 1e6 events).
 
 -- A pid/tid as an integer when it is one ("4242", "stream 7", 1.5 → 1), else NULL.
 CREATE OR REPLACE TEMP MACRO tk_not_min(v) AS CASE WHEN v > -9223372036854775808 THEN v END;
@@ -39,22 +48,20 @@ CREATE OR REPLACE TEMP MACRO tk_int_arg(j) AS CASE json_type(j)
 CREATE OR REPLACE TEMP MACRO tk_us_to_ns(x) AS CASE WHEN x < 1e20
     THEN trunc(x)::HUGEINT * 1000 + round_even((x - trunc(x)) * 1000.0, 0)::HUGEINT END;
 
-CREATE OR REPLACE TEMP VIEW _kineto_read AS
+CREATE OR REPLACE TEMP TABLE _kineto_raw AS
 SELECT ordinality AS event_id, ph, cat, name, pid, tid, ts, dur, args
 FROM read_json(@events_json, format = 'array', maximum_object_size = 67108864,
                columns = {ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR',
                           tid: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE', args: 'JSON'})
      WITH ORDINALITY;
 
--- One pass over the file: every element's fate; the placed ones fully mapped, the 'python'
--- ones as read, the rest only counted. pid/tid text is kept where it is not an integer.
-CREATE OR REPLACE TEMP TABLE _kineto_events AS
+CREATE OR REPLACE TEMP TABLE _kineto_mapped AS
 WITH x AS (
     SELECT r.*, lower(coalesce(r.cat, '')) AS cat_l,
            CASE WHEN r.ph = 'X' THEN tk_us_to_ns(r.ts) END AS start_h,
            CASE WHEN r.ph = 'X' THEN tk_us_to_ns(r.dur) END AS dur_h,
            tk_thread_int(r.pid) AS pid_i, tk_thread_int(r.tid) AS tid_i
-    FROM _kineto_read r
+    FROM _kineto_raw r
 ), f AS (
     SELECT x.*, @kind_case AS kind,
         CASE
@@ -89,19 +96,27 @@ WITH x AS (
                                           "External id": "JSON"}')
         END AS known
     FROM f
+), m AS (
+    SELECT a.*,
+        coalesce(fate = 'placed' AND (kind IN ('kernel', 'memcpy', 'memset', 'gpu_range')
+                                      OR (kind = 'sync' AND known.stream IS NOT NULL)),
+                 false) AS gpu,
+        tk_int_arg(known.device) AS arg_device,
+        tk_int_arg(known.stream) AS arg_stream
+    FROM a
 )
-SELECT event_id, fate, reason,
+-- GPU-side rows carry device/stream (from args, else the pid/tid) instead of pid/tid; the
+-- host side comes through launch_id at derivation.
+SELECT @trace_id AS trace_id, event_id, fate, reason,
     CASE WHEN fate = 'placed' THEN kind END AS kind,
     CASE WHEN fate = 'placed' THEN coalesce(name, '') WHEN fate = 'python' THEN name END AS name,
     CASE WHEN fate = 'placed' THEN start_h::BIGINT END AS start_ns,
     CASE WHEN fate = 'placed' THEN (start_h + dur_h)::BIGINT END AS end_ns,
-    pid_i, tid_i,
-    CASE WHEN fate = 'python' OR pid_i IS NULL THEN pid END AS pid,
-    CASE WHEN fate = 'python' OR tid_i IS NULL THEN tid END AS tid,
-    fate = 'placed' AND (kind IN ('kernel', 'memcpy', 'memset', 'gpu_range')
-                         OR (kind = 'sync' AND known.stream IS NOT NULL)) AS gpu,
-    tk_int_arg(known.device) AS arg_device,
-    tk_int_arg(known.stream) AS arg_stream,
+    CASE WHEN fate = 'placed' THEN dur_h::BIGINT END AS dur_ns,
+    CASE WHEN gpu THEN NULL ELSE pid_i END AS pid,
+    CASE WHEN gpu THEN NULL ELSE tid_i END AS tid,
+    CASE WHEN gpu THEN TRY_CAST(coalesce(arg_device, pid_i) AS INTEGER) END AS device,
+    CASE WHEN gpu THEN coalesce(arg_stream, tid_i) END AS stream,
     tk_int_arg(known.correlation) AS correlation,
     -- (struct fields resolve case-insensitively: the legacy spelling goes by JSON path)
     coalesce(tk_int_arg(known."External id"),
@@ -113,37 +128,33 @@ SELECT event_id, fate, reason,
                                             ELSE '{}' END, json_object('cat', cat))
              WHEN starts_with(args::VARCHAR, '{') AND args::VARCHAR <> '{}' THEN args END
         WHEN fate = 'python' THEN args END AS args,
+    CASE WHEN pid_i IS NULL THEN pid END AS pid_label,  -- not an integer: a label
+    CASE WHEN tid_i IS NULL THEN tid END AS tid_label,
+    CASE WHEN fate = 'python' THEN pid END AS pid_text,
+    CASE WHEN fate = 'python' THEN tid END AS tid_text,
+    gpu, arg_device, arg_stream,
     CASE WHEN fate = 'python' THEN ph END AS ph,
     CASE WHEN fate = 'python' THEN cat END AS cat,
     CASE WHEN fate = 'python' THEN ts END AS ts,
     CASE WHEN fate = 'python' THEN dur END AS dur
-FROM a;
+FROM m;
 
--- @labels (kineto.py runs this only when a pid/tid was not an integer)
-CREATE OR REPLACE TEMP TABLE _kineto_labels AS
-WITH seen AS (
-    SELECT pid AS label, event_id * 2 AS pos FROM _kineto_events
-    WHERE pid IS NOT NULL AND pid_i IS NULL
-    UNION ALL
-    SELECT tid, event_id * 2 + 1 FROM _kineto_events WHERE tid IS NOT NULL AND tid_i IS NULL
-)
-SELECT label, -row_number() OVER (ORDER BY min(pos)) AS id FROM seen GROUP BY label;
+DROP TABLE _kineto_raw;
 
--- @insert: the placed rows. GPU-side rows carry device/stream (from args, else the pid/tid)
--- instead of pid/tid; the host side comes through launch_id at derivation.
-INSERT INTO events (trace_id, event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device,
-                    stream, correlation, external_id, args)
-WITH placed AS (
-    SELECT t.*, coalesce(t.pid_i, lp.id) AS pid_n, coalesce(t.tid_i, lt.id) AS tid_n
-    FROM _kineto_events t
-    LEFT JOIN _kineto_labels lp ON lp.label = t.pid
-    LEFT JOIN _kineto_labels lt ON lt.label = t.tid
-    WHERE t.fate = 'placed'
-)
-SELECT $trace_id, event_id, kind, name, start_ns, end_ns, end_ns - start_ns,
-       CASE WHEN gpu THEN NULL ELSE pid_n END,
-       CASE WHEN gpu THEN NULL ELSE tid_n END,
-       CASE WHEN gpu THEN TRY_CAST(coalesce(arg_device, pid_n) AS INTEGER) END,
-       CASE WHEN gpu THEN coalesce(arg_stream, tid_n) END,
-       correlation, external_id, args
-FROM placed;
+-- @placed
+CREATE OR REPLACE TEMP TABLE _kineto_rare AS
+SELECT event_id, ph, cat, name, pid_text AS pid, tid_text AS tid, ts, dur, args
+FROM _kineto_mapped WHERE fate = 'python';
+
+DELETE FROM _kineto_mapped WHERE fate <> 'placed';
+ALTER TABLE _kineto_mapped RENAME TO _events_raw;
+
+-- @labels
+UPDATE _events_raw SET pid = l.id FROM _kineto_labels l
+WHERE NOT _events_raw.gpu AND _events_raw.pid IS NULL AND l.label = _events_raw.pid_label;
+UPDATE _events_raw SET tid = l.id FROM _kineto_labels l
+WHERE NOT _events_raw.gpu AND _events_raw.tid IS NULL AND l.label = _events_raw.tid_label;
+UPDATE _events_raw SET device = TRY_CAST(l.id AS INTEGER) FROM _kineto_labels l
+WHERE _events_raw.gpu AND _events_raw.arg_device IS NULL AND l.label = _events_raw.pid_label;
+UPDATE _events_raw SET stream = l.id FROM _kineto_labels l
+WHERE _events_raw.gpu AND _events_raw.arg_stream IS NULL AND l.label = _events_raw.tid_label;

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from tracekit.ingest.common import EventWriter
+from tracekit.ingest.common import STAGING_TABLE, EventWriter
 from tracekit.ingest.nsys_source import Probe
 
 PID = "(({g} >> 24) & 16777215)"  # bits 24-47 of a globalTid/globalPid
@@ -63,7 +63,7 @@ SYNC_TYPES = {
 EVENT_CLASSES = {0: "runtime", 1: "driver", 13: "egl_driver"}
 
 INSERT = """
-INSERT INTO events (trace_id, event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device,
+INSERT INTO {table} (trace_id, event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device,
                     stream, correlation, external_id, args)
 """
 
@@ -108,7 +108,7 @@ class Mapper:
             return 0
         self.w.flush()
         base = self.w.next_id - 1
-        sql = INSERT + build(f"{base} + s.{self.rid}")
+        sql = INSERT.format(table=STAGING_TABLE) + build(f"{base} + s.{self.rid}")
         n = self.con.execute(sql, {"trace_id": self.w.trace_id}).fetchone()
         inserted = int(n[0]) if n else 0
         self.w.next_id = base + int(self.p.max_rowid.get(table, 0)) + 1
@@ -390,7 +390,7 @@ class Mapper:
             f"""
             INSERT INTO threads
             WITH used AS (
-                SELECT DISTINCT pid, tid FROM events
+                SELECT DISTINCT pid, tid FROM {STAGING_TABLE}
                 WHERE trace_id = $trace_id AND pid IS NOT NULL
             ), procs AS (SELECT DISTINCT pid FROM used),
             pn AS ({pn}), tn AS ({tn}),
