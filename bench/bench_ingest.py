@@ -13,7 +13,11 @@ around the work only (imports excluded), with that process's peak RSS:
   ingest (cold)    tracekit.store.ensure_trace_store with no cache: parse + build the store
   reopen (cached)  tracekit.open on the cached store + SELECT count(*) FROM events
   HTA load         HolisticTraceAnalysis TraceAnalysis(trace_dir=...) over the file (when
-                   `hta` is installed: pip install HolisticTraceAnalysis psutil)
+                   `hta` is installed: pip install HolisticTraceAnalysis psutil). Its load
+                   time grows with events x ProfilerStep ranges (add_iteration loops over the
+                   steps in Python for each CPU event); gen_kineto writes one step per
+                   request (2381 at 1e6), a serving trace's shape, where training traces
+                   profiled by a schedule have a handful.
   report (cached)  tracekit.report.write_report (HTML) over the cached store
   gunzip           gzip.open(path.gz).read() in 16 MiB blocks (with --gz)
   ingest .gz       the cold ingest of path.gz (with --gz; the .gz is made once, level 6)

@@ -10,6 +10,14 @@ nested cpu_ops with Input Dims, each kernel launched by `cudaLaunchKernel` with 
 id, a matching kernel on a GPU stream and an `ac2g` flow pair) and `tracekit:postprocess`
 (argmax, device-to-host copy, sync). Metadata events, deviceProperties and distributedInfo
 close the file as Kineto does. Events are written as they are made: memory stays flat.
+
+Correlation ids are CUPTI's: one process-wide counter that every CUDA API call advances,
+traced or not, and that has already run far by the time the profiler starts after warm-up.
+So they start high (CORR_START) and step by a few per launch, as in the real traces in
+shared/traces (first id 5 to 2e6, 4.5 to 16 per traced runtime call). Dense ids from 1000
+also made HolisticTraceAnalysis 0.5 on pandas 3 fail ("Invalid value ... for dtype 'int16'"):
+it downcasts `correlation` to the smallest int dtype, derives `index_correlation` from it and
+then writes row indices into it, which pandas 3 refuses once ids < 32768 but rows > 32767.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ TID = 4242
 DEVICE = 0
 STREAMS = (7, 20)
 BASE_US = 1_700_000_000_000.0  # Kineto timestamps are large microsecond values
+CORR_START = 1_000_000  # CUPTI correlation counter when profiling starts (after warm-up)
+CORR_STEPS = (1, 1, 2, 2, 5, 6, 7, 9)  # ids used per traced launch (untraced API calls between)
 
 LAYER_OPS = (
     # (cpu op, child op, kernel name, kernel us)
@@ -62,7 +72,8 @@ class _Gen:
         self.rng = random.Random(seed)
         self.rank = rank
         self.t = BASE_US + 1000.0 * rank
-        self.corr = 1000
+        self.corr = CORR_START
+        self.corr_rng = random.Random(seed + 1)  # own stream: the rest of the trace is unchanged
         self.ext = 1
         self.count = 0
         self.first = True
@@ -94,6 +105,10 @@ class _Gen:
         self.x("user_annotation", name, PID, TID, ts, dur,
                f'      "External id": {ext}, "Record function id": 0, "Ev Idx": {self.count}')
 
+    def _corr(self) -> int:
+        self.corr += self.corr_rng.choice(CORR_STEPS)
+        return self.corr
+
     def _ext(self) -> int:
         self.ext += 1
         return self.ext
@@ -109,8 +124,7 @@ class _Gen:
                cat: str = "kernel", runtime: str = "cudaLaunchKernel",
                extra: str = "") -> float:  # fmt: skip
         """A runtime call at `ts` plus its GPU activity; returns the runtime call's end."""
-        self.corr += 1
-        corr = self.corr
+        corr = self._corr()
         rdur = 3.0 + self.rng.random() * 2.0
         self.x("cuda_runtime", runtime, PID, TID, ts, rdur,
                f'      "External id": {ext}, "cbid": 211, "correlation": {corr}')  # fmt: skip
@@ -180,8 +194,7 @@ class _Gen:
         self.launch("Memcpy DtoH (Device -> Pageable)", t + 1.0, ext, 1.8, gpu + 1.0,
                     cat="gpu_memcpy", runtime="cudaMemcpyAsync", extra=', "bytes": 8')  # fmt: skip
         self.x("cuda_runtime", "cudaStreamSynchronize", PID, TID, t + 6.0, max(gpu - t, 1.0),
-               f'      "External id": {ext}, "cbid": 131, "correlation": {self.corr + 1}')
-        self.corr += 1
+               f'      "External id": {ext}, "cbid": 131, "correlation": {self._corr()}')
         t += max(gpu - t, 1.0) + 10.0
         events.append(("tracekit:postprocess", post, t - post))
         # annotations last, as Kineto writes them in no particular order
