@@ -4,23 +4,22 @@
 -- An element over 64 MiB (read_json buffers twice that) makes kineto.py use the Python mapper.
 -- Defines:
 --   _kineto_raw     temp table: every element as read, event_id = its 1-based position.
---   _kineto_mapped  temp table from it (then _kineto_raw is dropped): each element's fate
---                   ('placed', 'skipped', 'elsewhere', 'python') and reason under the Python
---                   mapper's rules, the placed ones fully mapped to events' columns; 'python'
---                   rows (metadata, instants, begin/end pairs, unknown phases) keep their
---                   fields as read (pid_text, tid_text, ph, cat, ts, dur, args) for kineto.py;
---                   pid_label/tid_label: pid/tid text that is not an integer.
---                   (Parsing into a table and mapping from it measured 2.8 s per 1e6 events;
---                   the same mapping inside the read_json query, 4.0 s.)
--- Section @placed, run after kineto.py has counted the fates:
---   _kineto_rare    temp table: the 'python' rows;
---   _events_raw     _kineto_mapped renamed, the other rows deleted: the staging table that
---                   derive.sql reads (its extra columns are ignored there).
--- Section @labels, run only when a pid/tid was not an integer: _kineto_labels(label, id) is filled by
--- kineto.py (ids -1, -2, ... by first appearance, pid before tid), then written where the
--- Python mapper puts them.
--- Spliced: @trace_id is replaced by the trace id (an integer); @kind_case by a CASE over cat_l built
--- from kineto.py's CATEGORY_KINDS (a join to a table of them cost 0.4 s per 1e6 events).
+--   _kineto_mapped  temp table from it: each element's fate ('placed', 'skipped',
+--                   'elsewhere', 'python') and reason under the Python mapper's rules, the
+--                   placed ones fully mapped to events' columns; pid_label/tid_label hold
+--                   pid/tid text that is not an integer. (Parsing into a table and mapping
+--                   from it measured 2.8 s per 1e6 events; the same mapping inside the
+--                   read_json query, 4.0 s.)
+--   _kineto_rare    temp table: the 'python' rows (metadata, instants, begin/end pairs,
+--                   unknown phases) as read, for kineto.py to map. Then _kineto_raw is dropped.
+-- Section @placed, run after kineto.py has counted the fates: _kineto_mapped becomes
+-- _events_raw, the other rows deleted - the staging table derive.sql reads (it ignores the
+-- extra columns).
+-- Section @labels, run only when a pid/tid was not an integer: _kineto_labels(label, id) is
+-- filled by kineto.py (ids -1, -2, ... by first appearance, pid before tid), then written
+-- where the Python mapper puts them.
+-- Spliced in: @trace_id (an integer); @kind_case, a CASE over cat_l built from kineto.py's
+-- CATEGORY_KINDS (a join to a table of them cost 0.4 s per 1e6 events).
 
 -- A pid/tid as an integer when it is one ("4242", "stream 7", 1.5 → 1), else NULL.
 CREATE OR REPLACE TEMP MACRO tk_not_min(v) AS CASE WHEN v > -9223372036854775808 THEN v END;
@@ -130,21 +129,17 @@ SELECT @trace_id AS trace_id, event_id, fate, reason,
         WHEN fate = 'python' THEN args END AS args,
     CASE WHEN pid_i IS NULL THEN pid END AS pid_label,  -- not an integer: a label
     CASE WHEN tid_i IS NULL THEN tid END AS tid_label,
-    CASE WHEN fate = 'python' THEN pid END AS pid_text,
-    CASE WHEN fate = 'python' THEN tid END AS tid_text,
-    gpu, arg_device, arg_stream,
-    CASE WHEN fate = 'python' THEN ph END AS ph,
-    CASE WHEN fate = 'python' THEN cat END AS cat,
-    CASE WHEN fate = 'python' THEN ts END AS ts,
-    CASE WHEN fate = 'python' THEN dur END AS dur
+    gpu, arg_device, arg_stream
 FROM m;
+
+-- The 'python' rows as read (the same test as the fate's: few rows, one cheap pass).
+CREATE OR REPLACE TEMP TABLE _kineto_rare AS
+SELECT event_id, ph, cat, name, pid, tid, ts, dur, args
+FROM _kineto_raw WHERE ph IS NULL OR ph NOT IN ('X', 's', 't', 'f', 'C');
 
 DROP TABLE _kineto_raw;
 
 -- @placed
-CREATE OR REPLACE TEMP TABLE _kineto_rare AS
-SELECT event_id, ph, cat, name, pid_text AS pid, tid_text AS tid, ts, dur, args
-FROM _kineto_mapped WHERE fate = 'python';
 
 DELETE FROM _kineto_mapped WHERE fate <> 'placed';
 ALTER TABLE _kineto_mapped RENAME TO _events_raw;
