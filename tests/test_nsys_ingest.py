@@ -20,6 +20,7 @@ import pytest
 import tracekit
 from tests import nsys_oracle as oracle
 from tests.conftest import REPO, shared_traces
+from tracekit.derive import derive
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import nsys
 
@@ -119,7 +120,9 @@ def _oracle(path: Path, tmp_path: Path) -> dict[str, list[dict[str, str]]]:
 def _ingest(path: Path, **kw: Any) -> tuple[duckdb.DuckDBPyConnection, Any]:
     con = duckdb.connect()
     con.execute(SCHEMA)
-    return con, nsys.ingest(con, path, 1, **kw)
+    info = nsys.ingest(con, path, 1, **kw)
+    derive(con, [])  # the rows are left in the staging table: derive moves them to events
+    return con, info
 
 
 def _query(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[Any, ...]]:
