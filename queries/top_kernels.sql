@@ -15,18 +15,19 @@ WITH k AS (
     WHERE trace_id = $trace_id AND kind = 'kernel'
 ), has_ops AS (
     SELECT count(*) > 0 AS yes FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
-), host AS MATERIALIZED (
-    SELECT e.event_id, e.parent_id, e.name,
+), host AS MATERIALIZED (  -- ids only: no name rides through the eight joins
+    SELECT e.event_id, e.parent_id,
            (has_ops.yes AND e.kind = 'cpu_op')
            OR (NOT has_ops.yes AND e.kind = 'range' AND e.name NOT LIKE 'tracekit:%') AS is_op
     FROM events e, has_ops
     WHERE e.trace_id = $trace_id AND e.tid IS NOT NULL
 ), launches AS (SELECT DISTINCT launch_id FROM k WHERE launch_id IS NOT NULL
-), op_of_launch AS (  -- up the parent chain from the runtime call: the nearest op, 8 levels
+), op_id_of_launch AS (  -- up the parent chain from the runtime call: the nearest op, 8 levels
     SELECT l.launch_id,
-           CASE WHEN a1.is_op THEN a1.name WHEN a2.is_op THEN a2.name WHEN a3.is_op THEN a3.name
-                WHEN a4.is_op THEN a4.name WHEN a5.is_op THEN a5.name WHEN a6.is_op THEN a6.name
-                WHEN a7.is_op THEN a7.name WHEN a8.is_op THEN a8.name END AS op
+           CASE WHEN a1.is_op THEN a1.event_id WHEN a2.is_op THEN a2.event_id
+                WHEN a3.is_op THEN a3.event_id WHEN a4.is_op THEN a4.event_id
+                WHEN a5.is_op THEN a5.event_id WHEN a6.is_op THEN a6.event_id
+                WHEN a7.is_op THEN a7.event_id WHEN a8.is_op THEN a8.event_id END AS op_id
     FROM launches l
     JOIN host r ON r.event_id = l.launch_id
     LEFT JOIN host a1 ON a1.event_id = r.parent_id
@@ -37,6 +38,9 @@ WITH k AS (
     LEFT JOIN host a6 ON a6.event_id = a5.parent_id
     LEFT JOIN host a7 ON a7.event_id = a6.parent_id
     LEFT JOIN host a8 ON a8.event_id = a7.parent_id
+), op_of_launch AS (
+    SELECT o.launch_id, e.name AS op
+    FROM op_id_of_launch o JOIN events e ON e.trace_id = $trace_id AND e.event_id = o.op_id
 ), op_of_ext AS (
     SELECT external_id, arg_min(name, event_id) AS op FROM events
     WHERE trace_id = $trace_id AND kind = 'cpu_op' AND external_id IS NOT NULL

@@ -27,6 +27,17 @@ def test_parse_good_and_bind() -> None:
         q.bind({"nope": 1})
 
 
+def test_quotes_in_comments_and_dashes_in_strings() -> None:
+    # An apostrophe in a comment once paired with the next string's quote and hid a $param.
+    body = ("SELECT count(*) AS n, '--' AS dashes FROM events -- the chain's end\n"
+            "WHERE name <> 'x' AND trace_id = $trace_id ORDER BY 1\n")  # fmt: skip
+    text = GOOD.split("SELECT")[0] + body
+    q = parse_query(text, "q.sql")
+    assert q.bind({}) == {"trace_id": 1}
+    with pytest.raises(QueryError, match=r"\$other used but not declared"):
+        parse_query(text.replace("ORDER BY 1", "AND $other = 1 ORDER BY 1"), "q.sql")
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

@@ -140,8 +140,10 @@ def _line_of(lines: list[str], needle: str) -> int:
 
 
 def _strip_comments_and_strings(sql: str) -> str:
-    sql = re.sub(r"'(?:[^']|'')*'", "''", sql)
-    return re.sub(r"--[^\n]*", "", sql)
+    # One left-to-right pass: a quote inside a comment ("the chain's") or "--" inside a string
+    # is then just text.
+    return re.sub(r"'(?:[^']|'')*'|--[^\n]*",
+                  lambda m: "''" if m.group(0).startswith("'") else "", sql)  # fmt: skip
 
 
 @cache
