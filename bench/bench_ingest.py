@@ -112,14 +112,19 @@ print(dt, N, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
+def child_env() -> dict[str, str]:
+    """The measured process's environment: this checkout's tracekit, no progress bar."""
+    env = dict(os.environ, TRACEKIT_PROGRESS="0")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
 def run_one(name: str, path: Path) -> tuple[float, int, int]:
     """(seconds, events, peak RSS bytes) of one measurement in a fresh process."""
     setup, work = SNIPPETS[name]
     code = CHILD.format(setup=setup, work=work)
-    env = dict(os.environ, TRACEKIT_PROGRESS="0")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
-                         text=True, env=env, check=False)  # fmt: skip
+                         text=True, env=child_env(), check=False)  # fmt: skip
     if out.returncode != 0:
         if name in BASELINES_MAY_FAIL:  # a peer tool's failure is a result, not a bench bug
             last = (out.stderr.strip().splitlines() or ["?"])[-1]

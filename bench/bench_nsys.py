@@ -40,15 +40,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from bench_ingest import machine  # noqa: E402  (same machine line as the Kineto bench)
+from bench_ingest import SNIPPETS as KINETO_SNIPPETS  # noqa: E402  (same rows, same child)
+from bench_ingest import child_env, machine  # noqa: E402
 
 # Each snippet gets PATH and OUT (a scratch folder) and must set N after the timed work.
 SNIPPETS = {
-    "ingest (cold)": (
-        "from pathlib import Path\n"
-        "from tracekit.store import cache_path_for, ensure_trace_store\n"
-        "cache_path_for(Path(PATH)).unlink(missing_ok=True)",
-        "r = ensure_trace_store(Path(PATH), [], refresh=True); N = r.events"),
+    "ingest (cold)": KINETO_SNIPPETS["ingest (cold)"],
     "kernel summary": (
         "import json, os, tracekit",
         "t = tracekit.open(PATH, stage_rules=[])\n"
@@ -89,12 +86,10 @@ def run_one(name: str, path: Path, out: Path, report: str, lock: str) -> tuple[f
     """(seconds, rows, peak RSS bytes) of one measurement in a fresh process."""
     setup, work = SNIPPETS[name]
     code = CHILD.format(setup=setup, work=work)
-    env = dict(os.environ, TRACEKIT_PROGRESS="0")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-c", code, str(path), str(out), report]
     if lock:
         cmd = ["flock", lock, *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{name} on {path} failed:\n{proc.stderr[-3000:]}")
     dt, n, rss_kib = proc.stdout.split("\n")[-2].split()

@@ -224,10 +224,11 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
     tmp = Path(tmp_name)
     tmp.unlink()  # DuckDB wants to create the file itself
     con = connect(str(tmp))
-    # The digest reads the whole file: do it beside the ingest (hashlib releases the GIL).
-    hasher = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-    digest = hasher.submit(_sha256, source)
-    hasher.submit(_import_pandas)
+    # Beside the ingest: the digest reads the whole file (hashlib releases the GIL), and the
+    # pandas import DuckDB would otherwise make at the first bound parameter.
+    background = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    digest = background.submit(_sha256, source)
+    background.submit(_import_pandas)
     try:
         con.execute("SET preserve_insertion_order = false")
         # Bounded memory whatever the trace: DuckDB spills to <store>.tmp beyond this.
@@ -254,7 +255,7 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
             Path(str(tmp) + ".wal").unlink()
         raise
     finally:
-        hasher.shutdown(wait=False)
+        background.shutdown(wait=False)
     return IngestResult(
         source=source,
         store=out,

@@ -8,7 +8,6 @@ import math
 import os
 import re
 import tempfile
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from importlib.resources import files
 from pathlib import Path
@@ -202,12 +201,9 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
             con.executemany("INSERT INTO _kineto_labels VALUES (?, ?)",
                             [(label, -ident) for label, ident in threads.string_ids.items()])
             con.execute(labels_sql)
-        fates: Counter[tuple[str, str | None]] = Counter()
-        for fate, reason, _, _, n, _ in groups:
-            fates[fate, reason] += n
         stats = writer.stats
         rare = 0
-        for (fate, reason), n in fates.items():
+        for fate, reason, _, _, n, _ in groups:  # (several groups per fate: one per label)
             if fate == "placed":
                 stats.events += n
             elif fate == "skipped":
