@@ -11,7 +11,10 @@ cd "$work"
 import tracekit, pathlib
 assert "site-packages" in tracekit.__file__, tracekit.__file__
 PY
-"$work/venv/bin/tracekit" query --list | head -3
+# Into a file, not `| head`: under pipefail, head closing the pipe early fails the script
+# whenever tracekit is still writing (click exits 1 on EPIPE) - a race that failed CI once.
+"$work/venv/bin/tracekit" query --list > "$work/queries.txt"
+head -3 "$work/queries.txt"
 sample="$OLDPWD/sample_traces/torch.pt.trace.json"; [ -f "$sample" ] || sample=""
 if [ -n "$sample" ] && "$work/venv/bin/tracekit" report --help >/dev/null 2>&1; then
   cp "$sample" "$work/"
