@@ -49,6 +49,7 @@ def derive(con: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
         "_req_ranges",
         "_stage_req",
         "_host_attr",
+        "_derived",
         "_stage_rules",
     ):
         con.execute(f"DROP TABLE IF EXISTS {table}")

@@ -1,6 +1,6 @@
 -- Derivation run once per trace after ingest, over a store holding that one trace.
 -- Reads the ingested rows from _events_raw (the ingestor's temp staging table, or `events`
--- renamed by derive.py) and writes `events` once, derived and in event_id order.
+-- renamed by derive.py) and writes `events` once, derived.
 -- Fills events.parent_id/depth/self_ns (nesting per host thread), launch_id (GPU row -> runtime
 -- call, by correlation within the process), stage and request_id (attribution rules of
 -- docs/architecture.md), and the stages and requests tables.
@@ -150,20 +150,26 @@ SELECT st.event_id,
        CASE WHEN rq.start_ns <= rq.r_end THEN rq.request_id END AS request_id
 FROM st JOIN rq USING (event_id);
 
+-- 6. One narrow row of derived columns per host event and per launched GPU row, then one join
+-- onto the staged rows. Five joins of the wide rows, ordered by event_id, took 17.6 s for 11.9e6
+-- nsys rows; this table plus one unordered join, 11.4 s (bench/results.md). `events` is not
+-- written in event_id order: nothing relies on it, and sorting the wide rows cost 5 s there.
+CREATE OR REPLACE TEMP TABLE _derived AS
+SELECT n.event_id, n.parent_id, n.depth,
+       greatest(h.dur_ns - coalesce(c.child_ns, 0), 0) AS self_ns, NULL::BIGINT AS launch_id,
+       ha.stage, ha.request_id
+FROM _nest n
+JOIN _host h USING (event_id)
+JOIN _host_attr ha USING (event_id)
+LEFT JOIN _children c USING (event_id)
+UNION ALL
+SELECT l.event_id, NULL, NULL, NULL, l.launch_id, la.stage, la.request_id
+FROM _launch l LEFT JOIN _host_attr la ON la.event_id = l.launch_id;
+
 INSERT INTO events
 SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,
        e.device, e.stream, e.correlation, e.external_id, e.args,
-       n.parent_id, n.depth,
-       CASE WHEN n.event_id IS NOT NULL THEN greatest(e.dur_ns - coalesce(c.child_ns, 0), 0) END,
-       l.launch_id,
-       coalesce(ha.stage, la.stage),
-       coalesce(ha.request_id, la.request_id)
-FROM _events_raw e
-LEFT JOIN _nest n USING (event_id)
-LEFT JOIN _children c USING (event_id)
-LEFT JOIN _launch l USING (event_id)
-LEFT JOIN _host_attr ha USING (event_id)
-LEFT JOIN _host_attr la ON la.event_id = l.launch_id
-ORDER BY e.event_id;
+       d.parent_id, d.depth, d.self_ns, d.launch_id, d.stage, d.request_id
+FROM _events_raw e LEFT JOIN _derived d USING (event_id);
 
 DROP TABLE _events_raw;
