@@ -7,24 +7,25 @@
 -- Gaps between the merged GPU islands (every device and stream together) from the first GPU
 -- activity to the last. What the host was doing: of the host events overlapping the gap
 -- (tracekit stage/request ranges aside), the one covering the most of it, the deepest on a tie.
-WITH gpu AS (
-    SELECT name, start_ns, end_ns,
-           max(end_ns) OVER (ORDER BY start_ns, end_ns
+WITH gpu AS (  -- ids and times only: names are joined for the $limit gaps kept
+    SELECT event_id, start_ns, end_ns,
+           max(end_ns) OVER (ORDER BY start_ns, end_ns, event_id
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
     FROM events
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
-), gpu_last AS (  -- the event whose end closes each busy period
-    SELECT name, end_ns, max(end_ns) OVER (ORDER BY end_ns ROWS UNBOUNDED PRECEDING) AS run_end
-    FROM gpu
 ), gaps AS (
-    SELECT g.prev_end AS g0, g.start_ns AS g1, g.name AS after,
+    SELECT g.prev_end AS g0, g.start_ns AS g1, g.event_id AS after_id,
            row_number() OVER (ORDER BY g.start_ns - g.prev_end DESC, g.start_ns) AS gap_no
     FROM gpu g WHERE g.prev_end IS NOT NULL AND g.start_ns > g.prev_end
 ), top AS (
-    SELECT * FROM gaps WHERE gap_no <= $limit
-), before_ev AS (
-    SELECT t.gap_no, arg_min(l.name, l.end_ns) AS before
-    FROM top t JOIN gpu_last l ON l.end_ns = t.g0 GROUP BY t.gap_no
+    SELECT t.*, a.name AS after
+    FROM gaps t JOIN events a ON a.trace_id = $trace_id AND a.event_id = t.after_id
+    WHERE t.gap_no <= $limit
+), before_ev AS (  -- the GPU event whose end closes the busy period (first by id on a tie)
+    SELECT t.gap_no, arg_min(e.name, e.event_id) AS before
+    FROM top t JOIN events e
+      ON e.trace_id = $trace_id AND e.kind IN ('kernel', 'memcpy', 'memset') AND e.end_ns = t.g0
+    GROUP BY t.gap_no
 ), host_hits AS (
     SELECT t.gap_no, e.name, e.kind, e.depth,
            least(e.end_ns, t.g1) - greatest(e.start_ns, t.g0) AS overlap
