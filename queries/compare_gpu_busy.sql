@@ -11,16 +11,12 @@ WITH g AS (
     SELECT *, max(b) OVER (PARTITION BY trace_id, device ORDER BY a, b
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
     FROM g
-), islands AS (
-    SELECT *, sum(CASE WHEN prev_end IS NULL OR a > prev_end THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY trace_id, device ORDER BY a, b
-                        ROWS UNBOUNDED PRECEDING) AS grp
-    FROM ordered
+), per_device AS (  -- union length = span minus the gaps where an interval starts after all before
+    SELECT trace_id, device,
+           max(b) - min(a) - coalesce(sum(a - prev_end) FILTER (WHERE a > prev_end), 0) AS ns
+    FROM ordered GROUP BY trace_id, device
 ), busy AS (
-    SELECT trace_id, count(DISTINCT device) AS devices, sum(e - s) AS busy_ns
-    FROM (SELECT trace_id, device, grp, min(a) AS s, max(b) AS e
-          FROM islands GROUP BY trace_id, device, grp)
-    GROUP BY trace_id
+    SELECT trace_id, count(*) AS devices, sum(ns) AS busy_ns FROM per_device GROUP BY trace_id
 ), req AS (
     SELECT trace_id, count(*) AS requests, sum(dur_ns) AS request_ns
     FROM requests GROUP BY trace_id

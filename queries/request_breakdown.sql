@@ -27,37 +27,27 @@ WITH rq AS (
     FROM per_stage GROUP BY request_id
 ), flagged AS (
     SELECT request_id, s0, s1,
-           CASE WHEN s0 <= max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                THEN 0 ELSE 1 END AS new_island
+           max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_s1
     FROM st WHERE s1 > s0
-), numbered AS (
-    SELECT request_id, s0, s1, sum(new_island) OVER (PARTITION BY request_id ORDER BY s0, s1
-                                                     ROWS UNBOUNDED PRECEDING) AS island
-    FROM flagged
-), covered AS (
-    SELECT request_id, sum(len) AS ns
-    FROM (SELECT request_id, island, max(s1) - min(s0) AS len FROM numbered GROUP BY ALL)
-    GROUP BY request_id
+), covered AS (  -- union length = span minus the gaps where an interval starts after all before
+    SELECT request_id,
+           max(s1) - min(s0) - coalesce(sum(s0 - prev_s1) FILTER (WHERE s0 > prev_s1), 0) AS ns
+    FROM flagged GROUP BY request_id
 ), gpu AS (
     SELECT request_id, start_ns, end_ns,
-           CASE WHEN start_ns <= max(end_ns) OVER (PARTITION BY request_id
-                                ORDER BY start_ns, end_ns
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                THEN 0 ELSE 1 END AS new_island
+           max(end_ns) OVER (PARTITION BY request_id ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
     FROM events
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
       AND request_id IS NOT NULL
-), gpu_num AS (
-    SELECT request_id, start_ns, end_ns,
-           sum(new_island) OVER (PARTITION BY request_id ORDER BY start_ns, end_ns
-                                 ROWS UNBOUNDED PRECEDING) AS island
-    FROM gpu
-), gpu_req AS (
-    SELECT request_id, sum(len) AS busy_ns, sum(n) AS n
-    FROM (SELECT request_id, island, max(end_ns) - min(start_ns) AS len, count(*) AS n
-          FROM gpu_num GROUP BY ALL)
-    GROUP BY request_id
+), gpu_req AS (  -- the same union length (one window: no island numbering pass)
+    SELECT request_id,
+           max(end_ns) - min(start_ns)
+               - coalesce(sum(start_ns - prev_end) FILTER (WHERE start_ns > prev_end), 0)
+               AS busy_ns,
+           count(*) AS n
+    FROM gpu GROUP BY request_id
 )
 SELECT $trace_id::INTEGER AS trace_id, r.request_id,
        (r.start_ns - t.start_ns) / 1e6 AS start_ms,

@@ -24,21 +24,15 @@ WITH st AS (
     SELECT s.request_id, greatest(s.start_ns, r.start_ns) AS s0, least(s.end_ns, r.end_ns) AS s1
     FROM st s JOIN rq r USING (request_id)
     WHERE least(s.end_ns, r.end_ns) > greatest(s.start_ns, r.start_ns)
-), islands AS (
+), flagged AS (
     SELECT request_id, s0, s1,
-           CASE WHEN s0 <= max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                THEN 0 ELSE 1 END AS new_island
+           max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_s1
     FROM clipped
-), island_ids AS (
-    SELECT request_id, s0, s1,
-           sum(new_island) OVER (PARTITION BY request_id ORDER BY s0, s1
-                                 ROWS UNBOUNDED PRECEDING) AS island
-    FROM islands
-), covered AS (
-    SELECT request_id, sum(len) AS ns FROM (
-        SELECT request_id, island, max(s1) - min(s0) AS len FROM island_ids GROUP BY ALL
-    ) GROUP BY request_id
+), covered AS (  -- union length = span minus the gaps where an interval starts after all before
+    SELECT request_id,
+           max(s1) - min(s0) - coalesce(sum(s0 - prev_s1) FILTER (WHERE s0 > prev_s1), 0) AS ns
+    FROM flagged GROUP BY request_id
 ), unattributed AS (
     SELECT r.request_id AS unit, r.dur_ns - coalesce(c.ns, 0) AS ns
     FROM rq r LEFT JOIN covered c USING (request_id)
@@ -47,21 +41,16 @@ WITH st AS (
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset') AND stage IS NOT NULL
 ), gpu_flag AS (
     SELECT stage, start_ns, end_ns,
-           CASE WHEN start_ns <= max(end_ns) OVER (PARTITION BY stage ORDER BY start_ns, end_ns
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                THEN 0 ELSE 1 END AS new_island
+           max(end_ns) OVER (PARTITION BY stage ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
     FROM gpu
-), gpu_isl AS (
-    SELECT stage, start_ns, end_ns,
-           sum(new_island) OVER (PARTITION BY stage ORDER BY start_ns, end_ns
-                                 ROWS UNBOUNDED PRECEDING) AS island
-    FROM gpu_flag
-), gpu_stage AS (
-    SELECT stage, sum(len) AS busy_ns, min(s0) AS first_ns, max(s1) AS last_ns, sum(n) AS n
-    FROM (SELECT stage, island, max(end_ns) - min(start_ns) AS len, min(start_ns) AS s0,
-                 max(end_ns) AS s1, count(*) AS n
-          FROM gpu_isl GROUP BY ALL)
-    GROUP BY stage
+), gpu_stage AS (  -- the same union length, per stage
+    SELECT stage,
+           max(end_ns) - min(start_ns)
+               - coalesce(sum(start_ns - prev_end) FILTER (WHERE start_ns > prev_end), 0)
+               AS busy_ns,
+           min(start_ns) AS first_ns, max(end_ns) AS last_ns, count(*) AS n
+    FROM gpu_flag GROUP BY stage
 ), rows_ AS (
     SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(first_start) AS first_start,
            count(*) AS count, sum(n) AS instances, sum(ns) AS total_ns, avg(ns) AS mean_ns,
