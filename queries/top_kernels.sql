@@ -15,41 +15,46 @@ WITH k AS (
     WHERE trace_id = $trace_id AND kind = 'kernel'
 ), has_ops AS (
     SELECT count(*) > 0 AS yes FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
-), host AS MATERIALIZED (  -- ids only: no name rides through the eight joins
+), anc AS MATERIALIZED (  -- host events that enclose others: all a chain can climb through
     SELECT e.event_id, e.parent_id,
            (has_ops.yes AND e.kind = 'cpu_op')
            OR (NOT has_ops.yes AND e.kind = 'range' AND e.name NOT LIKE 'tracekit:%') AS is_op
     FROM events e, has_ops
     WHERE e.trace_id = $trace_id AND e.tid IS NOT NULL
-), launches AS (SELECT DISTINCT launch_id FROM k WHERE launch_id IS NOT NULL
-), op_id_of_launch AS (  -- up the parent chain from the runtime call: the nearest op, 8 levels
-    SELECT l.launch_id,
+      AND e.event_id IN (SELECT parent_id FROM events
+                         WHERE trace_id = $trace_id AND parent_id IS NOT NULL)
+), kp AS (  -- each kernel with the parent of the runtime call that launched it
+    SELECT k.*, r.parent_id AS launch_parent
+    FROM k LEFT JOIN events r
+      ON r.trace_id = $trace_id AND r.kind = 'runtime' AND r.event_id = k.launch_id
+), parents AS (SELECT DISTINCT launch_parent AS id FROM kp WHERE launch_parent IS NOT NULL
+), op_id_of_parent AS (  -- up the chain from the launch's parent: the nearest op, 8 levels
+    SELECT p.id,
            CASE WHEN a1.is_op THEN a1.event_id WHEN a2.is_op THEN a2.event_id
                 WHEN a3.is_op THEN a3.event_id WHEN a4.is_op THEN a4.event_id
                 WHEN a5.is_op THEN a5.event_id WHEN a6.is_op THEN a6.event_id
                 WHEN a7.is_op THEN a7.event_id WHEN a8.is_op THEN a8.event_id END AS op_id
-    FROM launches l
-    JOIN host r ON r.event_id = l.launch_id
-    LEFT JOIN host a1 ON a1.event_id = r.parent_id
-    LEFT JOIN host a2 ON a2.event_id = a1.parent_id
-    LEFT JOIN host a3 ON a3.event_id = a2.parent_id
-    LEFT JOIN host a4 ON a4.event_id = a3.parent_id
-    LEFT JOIN host a5 ON a5.event_id = a4.parent_id
-    LEFT JOIN host a6 ON a6.event_id = a5.parent_id
-    LEFT JOIN host a7 ON a7.event_id = a6.parent_id
-    LEFT JOIN host a8 ON a8.event_id = a7.parent_id
-), op_of_launch AS (
-    SELECT o.launch_id, e.name AS op
-    FROM op_id_of_launch o JOIN events e ON e.trace_id = $trace_id AND e.event_id = o.op_id
+    FROM parents p
+    JOIN anc a1 ON a1.event_id = p.id
+    LEFT JOIN anc a2 ON a2.event_id = a1.parent_id
+    LEFT JOIN anc a3 ON a3.event_id = a2.parent_id
+    LEFT JOIN anc a4 ON a4.event_id = a3.parent_id
+    LEFT JOIN anc a5 ON a5.event_id = a4.parent_id
+    LEFT JOIN anc a6 ON a6.event_id = a5.parent_id
+    LEFT JOIN anc a7 ON a7.event_id = a6.parent_id
+    LEFT JOIN anc a8 ON a8.event_id = a7.parent_id
+), op_of_parent AS (
+    SELECT o.id, e.name AS op
+    FROM op_id_of_parent o JOIN events e ON e.trace_id = $trace_id AND e.event_id = o.op_id
 ), op_of_ext AS (
     SELECT external_id, arg_min(name, event_id) AS op FROM events
     WHERE trace_id = $trace_id AND kind = 'cpu_op' AND external_id IS NOT NULL
       AND external_id <> 0
     GROUP BY external_id
 ), kk AS (
-    SELECT k.*, coalesce(l.op, x.op) AS op
-    FROM k LEFT JOIN op_of_launch l USING (launch_id)
-    LEFT JOIN op_of_ext x ON x.external_id = k.external_id
+    SELECT kp.*, coalesce(l.op, x.op) AS op
+    FROM kp LEFT JOIN op_of_parent l ON l.id = kp.launch_parent
+    LEFT JOIN op_of_ext x ON x.external_id = kp.external_id
 ), agg AS (
     SELECT coalesce(stage, '(no stage)') AS stage, name, mode(op) AS launched_by,
            count(DISTINCT op) AS launch_ops, count(*) AS n, sum(dur_ns) AS total_ns,

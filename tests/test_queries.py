@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -244,3 +244,76 @@ def test_gpu_busy_per_request_matches_python_pass(synth: Path) -> None:
         busy = sum(max(0, min(e, r1) - max(s, r0)) for s, e in islands)
         assert row["busy_ms"] == pytest.approx(busy / 1e6, abs=1e-6)
         assert row["window_ms"] == pytest.approx((r1 - r0) / 1e6, abs=1e-6)
+
+
+def _launching_ops(path: Path) -> dict[tuple[str, str], Counter]:
+    """(stage, kernel name) -> Counter of launching cpu_op names, by a plain pass over the JSON:
+    the runtime call with the kernel's correlation id, its enclosing events on its thread (a
+    stack per thread), the nearest cpu_op of its first 8 ancestors, else the first cpu_op with
+    the kernel's External id; the stage from the nearest enclosing tracekit:<stage> range."""
+    evs = [dict(e, idx=i) for i, e in enumerate(_events(path))]
+    host = [e for e in evs if isinstance(e.get("tid"), int) and str(e.get("cat")).lower()
+            not in GPU_CATS | {"gpu_user_annotation"}]  # fmt: skip
+    parent: dict[int, dict] = {}
+    by_thread: dict[tuple, list[dict]] = defaultdict(list)
+    for e in host:
+        by_thread[(e.get("pid"), e["tid"])].append(e)
+    for rows in by_thread.values():
+        stack: list[dict] = []
+        for e in sorted(rows, key=lambda e: (e["ts"], -e["dur"], e["idx"])):
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                stack.pop()
+            if stack:
+                parent[e["idx"]] = stack[-1]
+            stack.append(e)
+    launch: dict[int, dict] = {}
+    for e in sorted(host, key=lambda e: e["ts"]):
+        corr = (e.get("args") or {}).get("correlation")
+        if str(e.get("cat")).lower() in ("cuda_runtime", "cuda_driver") and corr:
+            launch.setdefault(corr, e)  # a driver call inside a runtime call: the outer one
+    first_op_of_ext: dict[int, str] = {}
+    for e in evs:
+        ext = (e.get("args") or {}).get("External id")
+        if e.get("cat") == "cpu_op" and ext:
+            first_op_of_ext.setdefault(ext, e["name"])
+    out: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for k in evs:
+        if k.get("cat") != "kernel":
+            continue
+        r = launch.get((k.get("args") or {}).get("correlation"))
+        op = stage = None
+        a, level = parent.get(r["idx"]) if r else None, 0
+        while a is not None:
+            level += 1
+            if op is None and level <= 8 and a.get("cat") == "cpu_op":
+                op = a["name"]
+            if (
+                stage is None
+                and a["name"].startswith("tracekit:")
+                and a["name"] != "tracekit:request"
+            ):
+                stage = a["name"][9:]
+            a = parent.get(a["idx"])
+        if op is None:
+            op = first_op_of_ext.get((k.get("args") or {}).get("External id"))
+        out[(stage or "(no stage)", k["name"])][op] += 1
+    return out
+
+
+@pytest.mark.parametrize(
+    "trace",
+    ["synth", *shared_params("kineto_h100_*.json.gz")],
+)
+def test_top_kernels_launched_by_matches_python_pass(trace, synth: Path, copy_trace) -> None:
+    path = synth if trace == "synth" else copy_trace(trace)
+    want = _launching_ops(path)
+    with tracekit.open(path) as t:
+        rows = t.query("top_kernels", limit=10**6).to_dicts()
+    assert {(r["stage"], r["name"]) for r in rows} == set(want)
+    for r in rows:
+        ops = want[(r["stage"], r["name"])]
+        assert r["count"] == sum(ops.values())
+        named = {op: n for op, n in ops.items() if op is not None}
+        assert r["launch_ops"] == len(named)
+        top = max(named.values(), default=0)
+        assert r["launched_by"] in ({op for op, n in named.items() if n == top} or {None})
