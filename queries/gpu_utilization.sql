@@ -36,14 +36,16 @@ WITH gpu AS (
     UNION ALL
     SELECT 'request', 2, request_id::VARCHAR, request_id, request_id, start_ns, end_ns, start_ns
     FROM requests WHERE trace_id = $trace_id
+), points AS (  -- both ends of every window, for one ASOF join instead of two
+    SELECT scope, wid, -1 AS sign, w0 AS t FROM windows
+    UNION ALL
+    SELECT scope, wid, 1, w1 FROM windows
 ), busy_at AS (  -- busy time up to a point t: ASOF the last island starting at or before t
-    SELECT w.scope, w.wid, w.w0, w.w1,
-           coalesce(c0.before + least(greatest(w.w0 - c0.i0, 0), c0.i1 - c0.i0), 0) AS b0
-    FROM windows w ASOF LEFT JOIN cum c0 ON w.w0 >= c0.i0
+    SELECT p.scope, p.wid,
+           p.sign * coalesce(c.before + least(greatest(p.t - c.i0, 0), c.i1 - c.i0), 0) AS ns
+    FROM points p ASOF LEFT JOIN cum c ON p.t >= c.i0
 ), busy AS (
-    SELECT b.scope, b.wid,
-           coalesce(c1.before + least(greatest(b.w1 - c1.i0, 0), c1.i1 - c1.i0), 0) - b.b0 AS ns
-    FROM busy_at b ASOF LEFT JOIN cum c1 ON b.w1 >= c1.i0
+    SELECT scope, wid, sum(ns) AS ns FROM busy_at GROUP BY scope, wid
 ), per_window AS (
     SELECT w.*, w.w1 - w.w0 AS window_ns, coalesce(b.ns, 0) AS busy_ns
     FROM windows w LEFT JOIN busy b USING (scope, wid)
