@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.conftest import REPO, shared_params
+from tests.conftest import REPO, shared_params, shared_traces
 from tracekit.derive import derive
 from tracekit.ingest import kineto
 from tracekit.store import create_schema
@@ -105,3 +105,44 @@ def test_engines_agree_on_odd_but_valid_events(
                           "missing or non-numeric ts": 1, "counter event": 1,
                           "unsupported phase 'Z'": 1, "begin without end": 1}  # fmt: skip
     assert fast[3]["samples"] == [1, 2]
+
+
+def _python_mapper_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only TRACEKIT_KINETO_ENGINE=python may reach the Python mapper: no silent fallback."""
+    real = kineto._ingest_python
+
+    def only_when_asked(*args: object) -> object:
+        assert kineto.os.environ.get(kineto.ENGINE_ENV) == "python", "fell back to Python"
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kineto, "_ingest_python", only_when_asked)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 300, 64 * 1024])
+def test_engines_agree_in_small_chunks(chunk_bytes: int, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Cut into many chunks and parts (event_ids, labels and begin/end pairs across their
+    ends), and cuts where the pattern lies: strings ending in '}, {', objects in an array in
+    args; the cut is then made again by scanning, never by the Python mapper."""
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", chunk_bytes)
+    _python_mapper_not_used(monkeypatch)
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "tricky}, {", "pid": 7, "tid": 7, "ts": 1,
+         "dur": 9, "args": {"list": [{"a": 1}, {"b": "}, {\"c\": 2"}, {}], "x": "}, {"}},
+        {"ph": "B", "name": "pair", "pid": 7, "tid": "Label A", "ts": 2},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": "Label B", "tid": "stream 3", "ts": 3,
+         "dur": 1, "args": {"correlation": 5}},
+        *({"ph": "X", "cat": "cpu_op", "name": f"op{i}" + "}, {" * (i % 5 == 0), "pid": 7,
+           "tid": "Label A", "ts": 3 + i, "dur": 0.5, "args": {"External id": i}}
+          for i in range(40)),
+        {"ph": "E", "pid": 7, "tid": "Label A", "ts": 60},
+        {"ph": "X", "cat": "Kernel", "name": "old", "pid": "Label C", "tid": "Label D",
+         "ts": 61, "dur": 1},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": "Label A", "args": {"name": "t"}},
+    ]
+    path = tmp_path / "chunks.json"
+    path.write_text(json.dumps({"traceEvents": events}, indent=1))
+    _assert_same(path, monkeypatch)
+    if chunk_bytes == 64 * 1024:
+        for src in shared_traces("kineto_*.json*")[:3]:
+            _assert_same(src, monkeypatch)

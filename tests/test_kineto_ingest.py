@@ -176,3 +176,46 @@ def test_epoch_microsecond_timestamps_keep_nanosecond_precision(tmp_path):
         row = t.sql("SELECT start_ns, dur_ns FROM events")
     assert row["start_ns"][0] == 1733212345678901000
     assert row["dur_ns"][0] == 3000
+
+
+def test_build_memory_limit_follows_the_json_size(tmp_path: Path, monkeypatch) -> None:
+    from tracekit import store
+
+    monkeypatch.delenv(store.MEMORY_ENV, raising=False)
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(1_000_000_000)  # sparse: only the size is read
+    assert store._memory_limit(big, "kineto") == ("450000000B", True)
+    small = tmp_path / "small.json.gz"
+    small.write_bytes(gzip.compress(b'{"traceEvents": []}' + b" " * 10_000))
+    assert store._json_size(small) == 10_019  # the gzip trailer's size
+    assert store._memory_limit(small, "kineto") == (f"{128 * 1024**2}B", True)  # the floor
+    assert store._memory_limit(big, "nsys") == ("2GB", False)
+    monkeypatch.setenv(store.MEMORY_ENV, "3GB")
+    assert store._memory_limit(big, "kineto") == ("3GB", False)
+
+
+def test_build_retries_with_the_default_limit_when_the_derived_one_is_too_tight(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import duckdb
+
+    from tracekit import store
+
+    monkeypatch.delenv(store.MEMORY_ENV, raising=False)
+    limits = []
+    real = store._build
+
+    def tight_first(source, out, rules, fmt, memory_limit):  # type: ignore[no-untyped-def]
+        limits.append(memory_limit)
+        if len(limits) == 1:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: test")
+        return real(source, out, rules, fmt, memory_limit)
+
+    monkeypatch.setattr(store, "_build", tight_first)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}))
+    with tracekit.open(path) as t:
+        assert t.sql("SELECT count(*) AS n FROM events")["n"][0] == 1
+    assert limits == [f"{128 * 1024**2}B", "2GB"]

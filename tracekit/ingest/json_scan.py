@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -146,22 +147,32 @@ def iter_event_chunks(
 TAIL_BYTES = 64 * 1024 * 1024
 
 
-def extract_events_array(
+@dataclass
+class EventsArray:
+    """Where the traceEvents array lies: bytes [start, end) of `path`, from '[' to ']'."""
+
+    path: Path
+    start: int
+    end: int
+
+
+def locate_events_array(
     path: Path,
-    out_path: Path,
+    scratch: Path,
     result: ScanResult,
     progress: Callable[[int], None] | None = None,
-) -> bool:
-    """Write the traceEvents array of `path` to `out_path` as one JSON array, unparsed.
+) -> EventsArray | None:
+    """Find the traceEvents array of `path` without parsing it: in the file itself when it is
+    plain JSON, else (gzip) in `scratch`, where the document is streamed through gunzip.
 
     The head is scanned until the array opens; the array's end is found by scanning the
     tail backwards from the end of the document, where the string and bracket state is known
-    (outside any string, depth 0); the bytes between are copied by the kernel (plain files)
-    or streamed through gunzip, never looked at. So a reader that wants a top-level array
-    (DuckDB's read_json format='array') can take the events of an object-format trace at the
-    speed of a file copy. `result.top` gets the rest of the document.
+    (outside any string, depth 0); the bytes between are never looked at. So a reader that
+    wants a top-level array (DuckDB's read_json format='array') can take the events of an
+    object-format trace at the speed of a file copy. `result.top` gets the rest of the
+    document.
 
-    Returns False when the shape is not the expected one (no array in the head, the end not
+    Returns None when the shape is not the expected one (no array in the head, the end not
     within the last TAIL_BYTES, a document that does not close): the caller then reads the
     file with the full scanner, which names what is wrong.
     """
@@ -171,40 +182,99 @@ def extract_events_array(
         f: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw  # type: ignore[assignment]
         head, start = _head(f, path)
         if start < 0:
-            return False
-        with open(out_path, "wb") as out:
-            out.write(head[start:])
-            if gz:
+            return None
+        array = EventsArray(path, start, os.fstat(raw.fileno()).st_size)
+        if gz:
+            with open(scratch, "wb") as out:
+                out.write(head[start:])
                 while block := _read(f, path, BLOCK_BYTES):
                     out.write(block)
                     if progress is not None:
                         progress(raw.tell())
-            else:
-                _copy_range(raw, out, len(head), progress)
-            size = out.tell()
-        events_depth = _events_depth(head, start)
-        with open(out_path, "r+b") as out:
-            window = 1024 * 1024
-            while True:  # widen the tail window until the array's end is inside it
-                tail_from = max(1, size - window)  # byte 0 is the array's own '['
-                out.seek(tail_from)
-                tail = out.read()
-                end = _array_end_from_tail(tail, events_depth)
-                if end >= 0 or tail_from == 1 or window >= TAIL_BYTES:
-                    break
-                window *= 8
-            if end < 0:
-                return False
-            array_end = tail_from + end  # offset of the closing ']' in out
-            suffix = tail[end:]
-            out.truncate(array_end + 1)
+                array = EventsArray(scratch, 0, out.tell())
+    with open(array.path, "rb") as src:
+        found = _array_end(src, array, _events_depth(head, start))
+    if found is None:
+        return None
+    array.end, suffix = found
     try:
         top = orjson.loads(head[: start + 1] + suffix)
     except orjson.JSONDecodeError:
-        return False
+        return None
     result.top = top if isinstance(top, dict) else {}
     result.top.pop("traceEvents", None)
-    return True
+    return array
+
+
+def _array_end(src: IO[bytes], array: EventsArray, events_depth: int) -> tuple[int, bytes] | None:
+    """(offset after the array's ']', the document's bytes from that ']' on), scanning back
+    from array.end, the end of the document; None when not within TAIL_BYTES."""
+    window = 1024 * 1024
+    while True:  # widen the tail window until the array's end is inside it
+        tail_from = max(array.start + 1, array.end - window)  # not the array's own '['
+        src.seek(tail_from)
+        tail = src.read(array.end - tail_from)
+        end = _array_end_from_tail(tail, events_depth)
+        if end >= 0:
+            return tail_from + end + 1, tail[end:]
+        if tail_from == array.start + 1 or window >= TAIL_BYTES:
+            return None
+        window *= 8
+
+
+# Between two elements of an events array: '}', a comma, and the next object's first key.
+# Inside a JSON string a '"' is escaped, so this can match there only where a string ends
+# in "}, {" - and a cut made there fails to parse (see likely_cut).
+_SEPARATOR = re.compile(rb'\}[ \t\r\n]*,[ \t\r\n]*(?=\{[ \t\r\n]*")')
+
+
+def likely_cut(f: IO[bytes], target: int, size: int) -> tuple[int, int] | None:
+    """Where to cut an events array that ends at byte `size` of `f`, at or after `target`:
+    (end of the element before the cut, start of the one after), or None when no cut is left.
+
+    Found by pattern, not by scanning from the start, so it can be wrong: inside a string that
+    ends in "}, {", or between objects in an array nested in an element. Either way the part
+    before the cut, closed with ']', is not valid JSON (it ends inside a string or an object),
+    so a strict parser that reads it proves the cut right; otherwise use exact_cut.
+    """
+    window = 1024 * 1024
+    while target < size:
+        f.seek(target)
+        data = f.read(min(window + 64, size - target))  # + the separator's likely whitespace
+        m = _SEPARATOR.search(data)
+        if m is not None and (m.end() < len(data) or target + len(data) >= size):
+            return target + m.start() + 1, target + m.end()
+        target += window
+        window *= 2
+    return None
+
+
+def exact_cut(f: IO[bytes], start: int, target: int) -> tuple[int, int] | None:
+    """Like likely_cut, but scanned from `start`, where an element begins (outside strings,
+    inside the array): the first element end at or after `target` (None when the array ends
+    first)."""
+    st = _Structure()
+    st.depth = 1  # inside the array, outside any string
+    f.seek(start)
+    pos = start
+    while block := f.read(BLOCK_BYTES):
+        positions, values, depths = st.scan(block)
+        ends = np.flatnonzero((depths == 1) & (positions + pos + 1 >= target))
+        if len(depths) and (depths < 1).any():
+            closed = int(np.flatnonzero(depths < 1)[0])
+            ends = ends[ends < closed]
+            if not len(ends):
+                return None
+        if len(ends):
+            end = pos + int(positions[ends[0]]) + 1
+            f.seek(end)
+            after = f.read(4096)
+            gap = len(after) - len(after.lstrip(b" \t\r\n"))
+            if after[gap : gap + 1] != b",":
+                return None  # not an array of objects: let the parser say what it is
+            return end, end + gap + 1
+        pos += len(block)
+    return None
 
 
 def _head(f: IO[bytes], path: Path) -> tuple[bytes, int]:
@@ -229,25 +299,26 @@ def _events_depth(head: bytes, start: int) -> int:
     return 1 if not head[:start].strip().lstrip(b"\xef\xbb\xbf") else 2
 
 
-def _copy_range(src: IO[bytes], out: IO[bytes], offset: int,
-                progress: Callable[[int], None] | None) -> None:  # fmt: skip
-    out.flush()
-    total = os.fstat(src.fileno()).st_size
-    pos = offset
-    while pos < total:
-        n = min(256 * 1024 * 1024, total - pos)
-        try:
-            done = os.copy_file_range(src.fileno(), out.fileno(), n, pos)
-        except OSError:
-            src.seek(pos)
-            done = out.write(src.read(n))
-            out.flush()
-        if done <= 0:
-            break
-        pos += done
-        if progress is not None:
-            progress(pos)
-    out.seek(0, os.SEEK_END)
+def write_part(src: IO[bytes], out_path: Path, start: int, end: int, close: bool) -> None:
+    """Bytes [start, end) of `src` to `out_path` after a '[' (and a ']' when `close`): a part
+    of an events array as an array of its own. Copied by the kernel, not read."""
+    with open(out_path, "wb") as out:
+        out.write(b"[")
+        out.flush()
+        pos = start
+        while pos < end:
+            try:
+                n = os.copy_file_range(src.fileno(), out.fileno(), end - pos, pos)
+            except OSError:  # a file system without it
+                src.seek(pos)
+                n = out.write(src.read(min(end - pos, BLOCK_BYTES)))
+                out.flush()
+            if n <= 0:
+                raise OSError(f"{out_path}: short copy")
+            pos += n
+        out.seek(0, os.SEEK_END)
+        if close:
+            out.write(b"]")
 
 
 def _array_end_from_tail(tail: bytes, events_depth: int) -> int:

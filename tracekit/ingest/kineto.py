@@ -8,7 +8,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,15 @@ import duckdb
 import orjson
 
 from tracekit.ingest.common import STAGING_TABLE, EventWriter, TraceInfo, add_thread
-from tracekit.ingest.json_scan import ScanResult, extract_events_array, iter_event_chunks
+from tracekit.ingest.json_scan import (
+    EventsArray,
+    ScanResult,
+    exact_cut,
+    iter_event_chunks,
+    likely_cut,
+    locate_events_array,
+    write_part,
+)
 from tracekit.progress import progress_bar
 
 # Category → kind. Old (2021) Kineto used Operator/Runtime/Kernel/Memcpy/Memset.
@@ -137,16 +145,17 @@ class _DuckDBCannotRead(Exception):
 
 @contextlib.contextmanager
 def _scratch_file(prefix: Path | None) -> Iterator[Path]:
+    """The scratch path for a gzipped trace's unzipped events array (the parts parsed go
+    beside it, under the same prefix); removed afterwards."""
     own_dir = None
     if prefix is None:
         own_dir = Path(tempfile.mkdtemp(prefix="tracekit-"))
         prefix = own_dir / "scratch"
-    events_json = Path(f"{prefix}.events.json")
     try:
-        yield events_json
+        yield Path(f"{prefix}.events.json")
     finally:
         with contextlib.suppress(FileNotFoundError):
-            events_json.unlink()
+            Path(f"{prefix}.events.json").unlink()
         if own_dir is not None:
             with contextlib.suppress(OSError):
                 own_dir.rmdir()
@@ -158,49 +167,45 @@ _KIND_CASE = "CASE x.cat_l " + " ".join(
     f"WHEN '{cat}' THEN '{kind}'" for cat, kind in sorted(CATEGORY_KINDS.items())
 ) + " ELSE 'other' END"
 _CLEANUP = (
-    "DROP TABLE IF EXISTS _kineto_rare",
-    "DROP TABLE IF EXISTS _kineto_mapped",
+    "DROP VIEW IF EXISTS _kineto_placed",
+    "DROP VIEW IF EXISTS _kineto_fated",
     "DROP TABLE IF EXISTS _kineto_raw",
+    "DROP TABLE IF EXISTS _kineto_rare",
     "DROP TABLE IF EXISTS _kineto_labels",
+    "DROP TABLE IF EXISTS _kineto_labelled",
+    "DROP TABLE IF EXISTS _kineto_relabel",
 )
 
 
 def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
                    events_json: Path) -> TraceInfo:  # fmt: skip
     scan = ScanResult()
-    with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
-        try:
-            extracted = extract_events_array(path, events_json, scan, progress=update)
-        except OSError as e:  # no room for the scratch copy, say: the Python mapper needs none
-            raise _DuckDBCannotRead(str(e)) from None
-        if not extracted:
-            raise _DuckDBCannotRead("unexpected document shape")
-    script = files("tracekit.ingest").joinpath("kineto.sql").read_text()
-    setup, _, placed_sql, _, labels_sql = re.split(r"^-- @(placed|labels)\b.*$", script,
-                                                   flags=re.M)  # fmt: skip
-    literal = "'" + str(events_json).replace("'", "''") + "'"
-    setup = setup.replace("@events_json", literal).replace("@kind_case", _KIND_CASE)
+    part_prefix = str(events_json).removesuffix(".events.json")
+    sql = _sql_sections(trace_id)
     writer = EventWriter(con, trace_id, table=STAGING_TABLE)
     try:
-        try:
-            con.execute(setup.replace("@trace_id", str(int(trace_id))))
-            with contextlib.suppress(FileNotFoundError):  # parsed: the copy is no longer needed
-                events_json.unlink()
-            # Per fate and pid/tid label: labels are few, so this stays a handful of groups.
-            groups = con.execute(
-                "SELECT fate, reason, pid_label, tid_label, count(*), min(event_id) "
-                "FROM _kineto_mapped GROUP BY ALL"
-            ).fetchall()
-        except (duckdb.InvalidInputException, duckdb.ConversionException) as e:
-            raise _DuckDBCannotRead(str(e)) from None
-        con.execute(placed_sql)
+        with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
+            try:
+                array = locate_events_array(path, events_json, scan, progress=update)
+                if array is None:
+                    raise _DuckDBCannotRead("unexpected document shape")
+                con.execute(sql["setup"])
+                # (progress in the file's bytes: plain files only, gzip was done above)
+                groups = _load_chunks(con, array, part_prefix, sql,
+                                      update if array.path == path else None)  # fmt: skip
+            except (duckdb.InvalidInputException, duckdb.ConversionException, OSError) as e:
+                # (OSError: no room for the scratch copy, say: the Python mapper needs none)
+                raise _DuckDBCannotRead(str(e)) from None
+            finally:  # parsed: the copy is no longer needed
+                with contextlib.suppress(FileNotFoundError):
+                    events_json.unlink()
         threads = _Threads()
         threads.string_ids = _label_ids(groups)
         if threads.string_ids:
             con.execute("CREATE OR REPLACE TEMP TABLE _kineto_labels (label VARCHAR, id BIGINT)")
             con.executemany("INSERT INTO _kineto_labels VALUES (?, ?)",
                             [(label, -ident) for label, ident in threads.string_ids.items()])
-            con.execute(labels_sql)
+            con.execute(sql["labels"])
         stats = writer.stats
         rare = 0
         for fate, reason, _, _, n, _ in groups:  # (several groups per fate: one per label)
@@ -234,6 +239,117 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
         for statement in _CLEANUP:
             con.execute(statement)
     return _trace_info(scan.top, writer)
+
+
+# Bytes of the events array parsed per read_json call: the parse holds one chunk, not the
+# file, in memory (a whole 1e6-event file took 290 MB). A chunk of 64 MB (~240k events, two
+# of DuckDB's row groups) keeps both cores busy in the mapping; 32 MB ones mapped 1.7x slower.
+CHUNK_BYTES = 64 * 1024 * 1024
+_MAX_PARTS = 8  # files parsed at once per chunk: one per DuckDB thread, up to this
+_Fates = dict[tuple[str, str | None, str | None, str | None], list[int]]
+_Cut = tuple[int, int] | None
+
+
+def _sql_sections(trace_id: int) -> dict[str, str]:
+    """kineto.sql by `-- @name` section ('setup' before the first), constants spliced in."""
+    script = files("tracekit.ingest").joinpath("kineto.sql").read_text()
+    script = script.replace("@kind_case", _KIND_CASE).replace("@trace_id", str(int(trace_id)))
+    parts = re.split(r"^-- @(\w+)\b.*$", script, flags=re.M)
+    return {"setup": parts[0], **dict(zip(parts[1::2], parts[2::2], strict=True))}
+
+
+def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix: str,
+                 sql: dict[str, str],
+                 progress: Callable[[int], None] | None) -> list[tuple[Any, ...]]:  # fmt: skip
+    """Parse and map the events array chunk by chunk, in order, into the tables of kineto.sql;
+    return (fate, reason, pid_label, tid_label, count, first event_id) groups.
+
+    A chunk is cut into one part per DuckDB thread, read in parallel. A part is cut where
+    likely_cut finds an element boundary; when the chunk then fails to parse, a cut may be
+    wrong, so the chunk is cut again by exact_cut and parsed once more (a second failure is
+    the file's: the caller falls back to the Python mapper).
+    """
+    n_parts = min(max(_setting(con, "threads", 1), 1), _MAX_PARTS)
+    part_bytes = max(CHUNK_BYTES // n_parts, 1)
+    files = [Path(f"{part_prefix}.chunk{i}.json") for i in range(n_parts)]
+    kept = bool(_setting(con, "preserve_insertion_order", True))
+    restore = f"SET preserve_insertion_order = {kept}"
+    fates: _Fates = {}
+    done = 0  # elements before this chunk
+    start: int | None = array.start + 1  # the byte after the array's '['
+    try:
+        with open(array.path, "rb") as src:
+            while start is not None:
+                cuts = _cuts(start, n_parts, lambda pos: likely_cut(src, pos + part_bytes,
+                                                                    array.end))  # fmt: skip
+                try:
+                    _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
+                except duckdb.InvalidInputException:
+                    if cuts == [None]:
+                        raise
+                    cuts = _cuts(start, n_parts, lambda pos: exact_cut(src, pos, pos + part_bytes))
+                    _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
+                finally:
+                    con.execute(restore)  # (the mapping measured 1.5x slower with order kept)
+                done += _map_chunk_rows(con, sql, fates)
+                start = cuts[-1][1] if cuts[-1] is not None else None
+                if progress is not None:
+                    progress(start or array.end)
+    finally:
+        for done_with in files:
+            with contextlib.suppress(FileNotFoundError):
+                done_with.unlink()
+    return [(*key, n, first) for key, (n, first) in fates.items()]
+
+
+def _setting(con: duckdb.DuckDBPyConnection, name: str, default: Any) -> Any:
+    row = con.execute(f"SELECT current_setting('{name}')").fetchone()
+    return row[0] if row else default
+
+
+def _cuts(start: int, n_parts: int, cut: Callable[[int], _Cut]) -> list[_Cut]:
+    """Up to n_parts cuts from `start`, each (where a part ends, where the next begins); a
+    None last means the last part runs to the array's end."""
+    cuts: list[_Cut] = []
+    pos = start
+    while len(cuts) < n_parts:
+        found = cut(pos)
+        cuts.append(found)
+        if found is None:
+            break
+        pos = found[1]
+    return cuts
+
+
+def _parse_parts(con: duckdb.DuckDBPyConnection, src: Any, files: list[Path], start: int,
+                 cuts: list[_Cut], end: int, parse: str,
+                 done: int) -> None:  # fmt: skip
+    """Parse the array's parts from `start` (to each cut; after no cut, to the array's end)."""
+    pos = start
+    for path, cut in zip(files, cuts, strict=False):
+        write_part(src, path, pos, cut[0] if cut is not None else end, close=cut is not None)
+        pos = cut[1] if cut is not None else end
+    listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in files[: len(cuts)])
+    # The rows' order is their position: kept by the parse.
+    con.execute("SET preserve_insertion_order = true")
+    con.execute(parse.replace("@chunk_files", f"[{listed}]").replace("@offset", str(done)))
+
+
+def _map_chunk_rows(con: duckdb.DuckDBPyConnection, sql: dict[str, str], fates: _Fates) -> int:
+    """Map the parsed chunk into the staging tables, add its fates; return its elements."""
+    groups = con.execute(sql["fates"]).fetchall()
+    placed = [g for g in groups if g[0] == "placed"]
+    if placed:
+        con.execute(sql["placed"])
+    if any(g[2] is not None or g[3] is not None for g in placed):
+        con.execute(sql["labelled"])
+    if any(g[0] == "python" for g in groups):
+        con.execute(sql["rare"])
+    for *key, n, first in groups:
+        total = fates.setdefault(tuple(key), [0, first])  # type: ignore[arg-type]
+        total[0] += n
+        total[1] = min(total[1], first)
+    return sum(g[4] for g in groups)
 
 
 def _label_ids(groups: list[tuple[Any, ...]]) -> dict[str, int]:

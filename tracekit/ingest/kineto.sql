@@ -1,23 +1,31 @@
 -- Kineto/Chrome trace events → events rows, in SQL: the fast path of tracekit/ingest/kineto.py.
--- Reads the traceEvents array that json_scan.extract_events_array wrote to its own file
--- (@events_json is replaced by that path, quoted), with DuckDB's read_json (C++, all cores).
--- An element over 64 MiB (read_json buffers twice that) makes kineto.py use the Python mapper.
--- Defines:
---   _kineto_raw     temp table: every element as read, event_id = its 1-based position.
---   _kineto_mapped  temp table from it: each element's fate ('placed', 'skipped',
---                   'elsewhere', 'python') and reason under the Python mapper's rules, the
---                   placed ones fully mapped to events' columns; pid_label/tid_label hold
---                   pid/tid text that is not an integer. (Parsing into a table and mapping
---                   from it measured 2.8 s per 1e6 events; the same mapping inside the
---                   read_json query, 4.0 s.)
---   _kineto_rare    temp table: the 'python' rows (metadata, instants, begin/end pairs,
---                   unknown phases) as read, for kineto.py to map. Then _kineto_raw is dropped.
--- Section @placed, run after kineto.py has counted the fates: _kineto_mapped becomes
--- _events_raw, the other rows deleted - the staging table derive.sql reads (it ignores the
--- extra columns).
--- Section @labels, run only when a pid/tid was not an integer: _kineto_labels(label, id) is
--- filled by kineto.py (ids -1, -2, ... by first appearance, pid before tid), then written
--- where the Python mapper puts them.
+-- kineto.py finds the traceEvents array (in the file, or in an unzipped copy) and cuts it at
+-- element boundaries into chunks of 64 MB, each chunk into one part per thread, each part its
+-- own JSON array file; DuckDB's read_json (C++) parses a chunk's parts at once, then the
+-- chunk is mapped: the parse holds one chunk, not the file, in memory (the whole 1e6-event
+-- file took 290 MB). An element over 16 MiB (read_json asks for twice that in one buffer,
+-- within the build's memory limit) makes kineto.py use the Python mapper.
+-- Sections, split by kineto.py at the `-- @name` lines:
+--   (first)   macros; views over the chunk being read (_kineto_raw, numbered by the view
+--             _kineto_rows): _kineto_fated, each element's fate ('placed', 'skipped',
+--             'elsewhere', 'python') and reason under the Python mapper's rules, and
+--             _kineto_placed, the placed ones mapped to events' columns; the tables the
+--             chunks fill:
+--             _events_raw       the placed rows - the staging table derive.sql reads.
+--             _kineto_rare      the 'python' rows (metadata, instants, begin/end pairs,
+--                               unknown phases) as read, for kineto.py to map.
+--             _kineto_labelled  placed rows whose pid or tid is a label, not an integer.
+--   @chunk    parses one chunk into _kineto_raw, from a few files read in parallel
+--             (@chunk_files: their list; @offset: the elements before them; event_id =
+--             1-based position in traceEvents). read_json reads a file on one thread: two
+--             files of 32 MB parsed in 0.09 s, their 64 MB in one file in 0.18 s. Parsing
+--             into a table and mapping from it measured 2.8 s per 1e6 events, the mapping
+--             inside the read_json query 4.0 s.
+--   @fates, @placed, @labelled, @rare   run per chunk on _kineto_rows (the last two only
+--             when the fates say the chunk has such rows).
+--   @labels   run only when a pid/tid was not an integer: _kineto_labels(label, id) is filled
+--             by kineto.py (ids -1, -2, ... by first appearance, pid before tid), then written
+--             where the Python mapper puts them.
 -- Spliced in: @trace_id (an integer); @kind_case, a CASE over cat_l built from kineto.py's
 -- CATEGORY_KINDS (a join to a table of them cost 0.4 s per 1e6 events).
 
@@ -47,20 +55,30 @@ CREATE OR REPLACE TEMP MACRO tk_int_arg(j) AS CASE json_type(j)
 CREATE OR REPLACE TEMP MACRO tk_us_to_ns(x) AS CASE WHEN x < 1e20
     THEN trunc(x)::HUGEINT * 1000 + round_even((x - trunc(x)) * 1000.0, 0)::HUGEINT END;
 
-CREATE OR REPLACE TEMP TABLE _kineto_raw AS
-SELECT ordinality AS event_id, ph, cat, name, pid, tid, ts, dur, args
-FROM read_json(@events_json, format = 'array', maximum_object_size = 67108864,
-               columns = {ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR',
-                          tid: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE', args: 'JSON'})
-     WITH ORDINALITY;
+CREATE OR REPLACE TEMP TABLE _events_raw (
+    trace_id INTEGER, event_id BIGINT, kind VARCHAR, name VARCHAR, start_ns BIGINT,
+    end_ns BIGINT, dur_ns BIGINT, pid BIGINT, tid BIGINT, device INTEGER, stream BIGINT,
+    correlation BIGINT, external_id BIGINT, args JSON);
+CREATE OR REPLACE TEMP TABLE _kineto_labelled (
+    event_id BIGINT, pid_label VARCHAR, tid_label VARCHAR, gpu BOOLEAN, arg_device BIGINT,
+    arg_stream BIGINT);
+CREATE OR REPLACE TEMP TABLE _kineto_rare (
+    event_id BIGINT, ph VARCHAR, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR,
+    ts DOUBLE, dur DOUBLE, args JSON);
 
-CREATE OR REPLACE TEMP TABLE _kineto_mapped AS
+-- Each element's fate and reason under the Python mapper's rules, over the chunk that
+-- _kineto_raw holds (views: bound again by each statement that reads them).
+CREATE OR REPLACE TEMP TABLE _kineto_raw (
+    ph VARCHAR, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR, ts DOUBLE, dur DOUBLE,
+    args JSON);
+CREATE OR REPLACE TEMP VIEW _kineto_rows AS SELECT rowid + 1 AS event_id, * FROM _kineto_raw;
+CREATE OR REPLACE TEMP VIEW _kineto_fated AS
 WITH x AS (
     SELECT r.*, lower(coalesce(r.cat, '')) AS cat_l,
            CASE WHEN r.ph = 'X' THEN tk_us_to_ns(r.ts) END AS start_h,
            CASE WHEN r.ph = 'X' THEN tk_us_to_ns(r.dur) END AS dur_h,
            tk_thread_int(r.pid) AS pid_i, tk_thread_int(r.tid) AS tid_i
-    FROM _kineto_raw r
+    FROM _kineto_rows r
 ), f AS (
     SELECT x.*, @kind_case AS kind,
         CASE
@@ -88,30 +106,33 @@ WITH x AS (
                  OR x.start_h + x.dur_h > 9223372036854775807 THEN 'ts or dur out of range'
         END AS reason
     FROM x
-), a AS (
+)
+SELECT f.*,
+    CASE WHEN pid_i IS NULL THEN pid END AS pid_label,  -- not an integer: a label
+    CASE WHEN tid_i IS NULL THEN tid END AS tid_label
+FROM f;
+
+-- The placed rows of the chunk, mapped to events' columns. GPU-side rows carry device/stream
+-- (from args, else the pid/tid) instead of pid/tid; the host side comes through launch_id at
+-- derivation. pid_label/tid_label, gpu, arg_device and arg_stream are for @labels.
+CREATE OR REPLACE TEMP VIEW _kineto_placed AS
+WITH a AS (
     SELECT f.*,
-        CASE WHEN fate = 'placed' AND starts_with(f.args::VARCHAR, '{')
+        CASE WHEN starts_with(f.args::VARCHAR, '{')
              THEN json_transform(f.args, '{"device": "JSON", "stream": "JSON", "correlation": "JSON",
                                           "External id": "JSON"}')
         END AS known
-    FROM f
+    FROM _kineto_fated f WHERE fate = 'placed'
 ), m AS (
     SELECT a.*,
-        coalesce(fate = 'placed' AND (kind IN ('kernel', 'memcpy', 'memset', 'gpu_range')
-                                      OR (kind = 'sync' AND known.stream IS NOT NULL)),
-                 false) AS gpu,
+        coalesce(kind IN ('kernel', 'memcpy', 'memset', 'gpu_range')
+                 OR (kind = 'sync' AND known.stream IS NOT NULL), false) AS gpu,
         tk_int_arg(known.device) AS arg_device,
         tk_int_arg(known.stream) AS arg_stream
     FROM a
 )
--- GPU-side rows carry device/stream (from args, else the pid/tid) instead of pid/tid; the
--- host side comes through launch_id at derivation.
-SELECT @trace_id AS trace_id, event_id, fate, reason,
-    CASE WHEN fate = 'placed' THEN kind END AS kind,
-    CASE WHEN fate = 'placed' THEN coalesce(name, '') WHEN fate = 'python' THEN name END AS name,
-    CASE WHEN fate = 'placed' THEN start_h::BIGINT END AS start_ns,
-    CASE WHEN fate = 'placed' THEN (start_h + dur_h)::BIGINT END AS end_ns,
-    CASE WHEN fate = 'placed' THEN dur_h::BIGINT END AS dur_ns,
+SELECT @trace_id AS trace_id, event_id, kind, coalesce(name, '') AS name,
+    start_h::BIGINT AS start_ns, (start_h + dur_h)::BIGINT AS end_ns, dur_h::BIGINT AS dur_ns,
     CASE WHEN gpu THEN NULL ELSE pid_i END AS pid,
     CASE WHEN gpu THEN NULL ELSE tid_i END AS tid,
     CASE WHEN gpu THEN TRY_CAST(coalesce(arg_device, pid_i) AS INTEGER) END AS device,
@@ -121,35 +142,55 @@ SELECT @trace_id AS trace_id, event_id, fate, reason,
     coalesce(tk_int_arg(known."External id"),
              CASE WHEN known IS NOT NULL
                   THEN tk_int_arg(json_extract(args, '$."external id"')) END) AS external_id,
-    CASE WHEN fate = 'placed' THEN
-        CASE WHEN kind = 'other' AND cat_l <> ''
-                 THEN json_merge_patch(CASE WHEN starts_with(args::VARCHAR, '{') THEN args
-                                            ELSE '{}' END, json_object('cat', cat))
-             WHEN starts_with(args::VARCHAR, '{') AND args::VARCHAR <> '{}' THEN args END
-        WHEN fate = 'python' THEN args END AS args,
-    CASE WHEN pid_i IS NULL THEN pid END AS pid_label,  -- not an integer: a label
-    CASE WHEN tid_i IS NULL THEN tid END AS tid_label,
-    gpu, arg_device, arg_stream
+    CASE WHEN kind = 'other' AND cat_l <> ''
+             THEN json_merge_patch(CASE WHEN starts_with(args::VARCHAR, '{') THEN args
+                                        ELSE '{}' END, json_object('cat', cat))
+         WHEN starts_with(args::VARCHAR, '{') AND args::VARCHAR <> '{}' THEN args END AS args,
+    pid_label, tid_label, gpu, arg_device, arg_stream
 FROM m;
 
--- The 'python' rows as read (the same test as the fate's: few rows, one cheap pass).
-CREATE OR REPLACE TEMP TABLE _kineto_rare AS
-SELECT event_id, ph, cat, name, pid, tid, ts, dur, args
-FROM _kineto_raw WHERE ph IS NULL OR ph NOT IN ('X', 's', 't', 'f', 'C');
+-- @chunk
+CREATE OR REPLACE TEMP TABLE _kineto_raw AS
+SELECT ph, cat, name, pid, tid, ts, dur, args
+FROM read_json(@chunk_files, format = 'array', maximum_object_size = 16777216,
+               columns = {ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR',
+                          tid: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE', args: 'JSON'});
+-- Parsed with insertion order preserved: the rows are in file order, so the position is the
+-- rowid (WITH ORDINALITY would read the files one after the other, on one thread).
+CREATE OR REPLACE TEMP VIEW _kineto_rows AS
+SELECT rowid + 1 + @offset AS event_id, * FROM _kineto_raw;
 
-DROP TABLE _kineto_raw;
+-- @fates (per fate and pid/tid label: a handful of groups)
+SELECT fate, reason, pid_label, tid_label, count(*), min(event_id)
+FROM _kineto_fated GROUP BY ALL;
 
 -- @placed
+INSERT INTO _events_raw
+SELECT trace_id, event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device, stream,
+       correlation, external_id, args
+FROM _kineto_placed;
 
-DELETE FROM _kineto_mapped WHERE fate <> 'placed';
-ALTER TABLE _kineto_mapped RENAME TO _events_raw;
+-- @labelled (only when the chunk has placed rows with a label)
+INSERT INTO _kineto_labelled
+SELECT event_id, pid_label, tid_label, gpu, arg_device, arg_stream
+FROM _kineto_placed WHERE pid_label IS NOT NULL OR tid_label IS NOT NULL;
+
+-- @rare (only when the chunk has 'python' rows; the same test as the fate's)
+INSERT INTO _kineto_rare
+SELECT event_id, ph, cat, name, pid, tid, ts, dur, args
+FROM _kineto_rows WHERE ph IS NULL OR ph NOT IN ('X', 's', 't', 'f', 'C');
 
 -- @labels
-UPDATE _events_raw SET pid = l.id FROM _kineto_labels l
-WHERE NOT _events_raw.gpu AND _events_raw.pid IS NULL AND l.label = _events_raw.pid_label;
-UPDATE _events_raw SET tid = l.id FROM _kineto_labels l
-WHERE NOT _events_raw.gpu AND _events_raw.tid IS NULL AND l.label = _events_raw.tid_label;
-UPDATE _events_raw SET device = TRY_CAST(l.id AS INTEGER) FROM _kineto_labels l
-WHERE _events_raw.gpu AND _events_raw.arg_device IS NULL AND l.label = _events_raw.pid_label;
-UPDATE _events_raw SET stream = l.id FROM _kineto_labels l
-WHERE _events_raw.gpu AND _events_raw.arg_stream IS NULL AND l.label = _events_raw.tid_label;
+CREATE OR REPLACE TEMP TABLE _kineto_relabel AS
+SELECT b.event_id,
+       CASE WHEN NOT b.gpu THEN p.id END AS pid, CASE WHEN NOT b.gpu THEN t.id END AS tid,
+       CASE WHEN b.gpu AND b.arg_device IS NULL THEN TRY_CAST(p.id AS INTEGER) END AS device,
+       CASE WHEN b.gpu AND b.arg_stream IS NULL THEN t.id END AS stream
+FROM _kineto_labelled b
+LEFT JOIN _kineto_labels p ON p.label = b.pid_label
+LEFT JOIN _kineto_labels t ON t.label = b.tid_label;
+UPDATE _events_raw
+SET pid = coalesce(l.pid, _events_raw.pid), tid = coalesce(l.tid, _events_raw.tid),
+    device = coalesce(l.device, _events_raw.device),
+    stream = coalesce(l.stream, _events_raw.stream)
+FROM _kineto_relabel l WHERE _events_raw.event_id = l.event_id;
