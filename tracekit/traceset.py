@@ -10,10 +10,9 @@ import tempfile
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
 from tracekit.errors import QueryError, StoreError, TraceFormatError
 from tracekit.ingest import detect_format
@@ -27,6 +26,9 @@ from tracekit.store import (
     ensure_trace_store,
     is_duckdb_file,
 )
+
+if TYPE_CHECKING:  # polars is imported when a result is returned: a store build never needs it
+    import polars as pl
 
 TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".nsys-rep")
 
@@ -133,6 +135,8 @@ class TraceSet:
                 msg += " (stores open read-only; `tracekit sql --write` opens a store read-write)"
             raise QueryError(msg) from None
         if rel.description is None:
+            import polars as pl
+
             return pl.DataFrame()
         return rel.pl()
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 EVENT_KINDS = (
     "range",
@@ -28,20 +27,24 @@ GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_range")
 # instead of `events`: tracekit.derive then writes `events` once, derived, instead of twice.
 STAGING_TABLE = "_events_raw"
 
-_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("event_id", pa.int64()),
-    ("kind", pa.string()),
-    ("name", pa.string()),
-    ("start_ns", pa.int64()),
-    ("end_ns", pa.int64()),
-    ("pid", pa.int64()),
-    ("tid", pa.int64()),
-    ("device", pa.int32()),
-    ("stream", pa.int64()),
-    ("correlation", pa.int64()),
-    ("external_id", pa.int64()),
-    ("args", pa.string()),
+_COLUMNS: list[tuple[str, str]] = [  # (name, Arrow type name)
+    ("event_id", "int64"),
+    ("kind", "string"),
+    ("name", "string"),
+    ("start_ns", "int64"),
+    ("end_ns", "int64"),
+    ("pid", "int64"),
+    ("tid", "int64"),
+    ("device", "int32"),
+    ("stream", "int64"),
+    ("correlation", "int64"),
+    ("external_id", "int64"),
+    ("args", "string"),
 ]
+# Batches up to this many rows are inserted as parameters, larger ones as Arrow tables: the
+# DuckDB fast paths write only a few rows here (metadata, instants), and importing pyarrow for
+# them added ~26 MB to a build's peak RSS.
+_ROWS_AS_PARAMETERS = 5_000
 
 
 @dataclass
@@ -125,7 +128,30 @@ class EventWriter:
             self._cols = {name: [] for name, _ in _COLUMNS}
 
     def _write(self, cols: dict[str, list[Any]], n: int) -> None:
-        batch = pa.table({name: pa.array(cols[name], type=t) for name, t in _COLUMNS})
+        if n <= _ROWS_AS_PARAMETERS:
+            self._write_rows(cols)
+        else:
+            self._write_arrow(cols)
+        self.stats.events += n
+
+    def _write_rows(self, cols: dict[str, list[Any]]) -> None:
+        names = [name for name, _ in _COLUMNS]
+        values = ", ".join("?::JSON" if name == "args" else "?" for name in names)
+        self.con.executemany(
+            f"INSERT INTO {self.table} (trace_id, dur_ns, {', '.join(names)}) "
+            f"VALUES (?, ?, {values})",
+            [
+                (self.trace_id, _dur(row[3], row[4]), *row)
+                for row in zip(*(cols[name] for name in names), strict=True)
+            ],
+        )
+
+    def _write_arrow(self, cols: dict[str, list[Any]]) -> None:
+        import pyarrow as pa
+
+        batch = pa.table(
+            {name: pa.array(cols[name], type=getattr(pa, t)()) for name, t in _COLUMNS}
+        )
         self.con.register("_tk_batch", batch)
         self.con.execute(
             f"""
@@ -138,7 +164,10 @@ class EventWriter:
             {"trace_id": self.trace_id},
         )
         self.con.unregister("_tk_batch")
-        self.stats.events += n
+
+
+def _dur(start_ns: int | None, end_ns: int | None) -> int | None:
+    return None if start_ns is None or end_ns is None else end_ns - start_ns
 
 
 def add_thread(
