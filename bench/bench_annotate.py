@@ -56,8 +56,11 @@ def main() -> int:
         return 0
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for name in SCENARIOS:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("NVTX_INJECTION64_PATH", "TRACEKIT_ATTRIBUTES_DIR", "TRACEKIT_NVTX")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("NVTX_INJECTION64_PATH", "TRACEKIT_ATTRIBUTES_DIR", "TRACEKIT_NVTX")
+        }
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         with tempfile.TemporaryDirectory() as tmp:
             if name == "nvtx-on":

@@ -102,8 +102,15 @@ class _Gen:
     # -- building blocks -----------------------------------------------------------------
     def annotation(self, name: str, ts: float, dur: float) -> None:
         ext = self._ext()
-        self.x("user_annotation", name, PID, TID, ts, dur,
-               f'      "External id": {ext}, "Record function id": 0, "Ev Idx": {self.count}')
+        self.x(
+            "user_annotation",
+            name,
+            PID,
+            TID,
+            ts,
+            dur,
+            f'      "External id": {ext}, "Record function id": 0, "Ev Idx": {self.count}',
+        )
 
     def _corr(self) -> int:
         self.corr += self.corr_rng.choice(CORR_STEPS)
@@ -193,8 +200,15 @@ class _Gen:
         self.op("aten::item", t, max(gpu - t, 1.0) + 8.0, "[[]]", ext)
         self.launch("Memcpy DtoH (Device -> Pageable)", t + 1.0, ext, 1.8, gpu + 1.0,
                     cat="gpu_memcpy", runtime="cudaMemcpyAsync", extra=', "bytes": 8')  # fmt: skip
-        self.x("cuda_runtime", "cudaStreamSynchronize", PID, TID, t + 6.0, max(gpu - t, 1.0),
-               f'      "External id": {ext}, "cbid": 131, "correlation": {self._corr()}')
+        self.x(
+            "cuda_runtime",
+            "cudaStreamSynchronize",
+            PID,
+            TID,
+            t + 6.0,
+            max(gpu - t, 1.0),
+            f'      "External id": {ext}, "cbid": 131, "correlation": {self._corr()}',
+        )
         t += max(gpu - t, 1.0) + 10.0
         events.append(("tracekit:postprocess", post, t - post))
         # annotations last, as Kineto writes them in no particular order
@@ -231,8 +245,10 @@ def _metadata(gen: _Gen) -> Iterator[str]:
     yield (f'  {{\n    "name": "process_name", "ph": "M", "ts": {ts}, "pid": {DEVICE}, "tid": 0,\n'
            f'    "args": {{\n      "name": "python3"\n    }}\n  }}')  # fmt: skip
     for s in STREAMS:
-        yield (f'  {{\n    "name": "thread_name", "ph": "M", "ts": {ts}, "pid": {DEVICE}, '
-               f'"tid": {s},\n    "args": {{\n      "name": "stream {s} "\n    }}\n  }}')
+        yield (
+            f'  {{\n    "name": "thread_name", "ph": "M", "ts": {ts}, "pid": {DEVICE}, '
+            f'"tid": {s},\n    "args": {{\n      "name": "stream {s} "\n    }}\n  }}'
+        )
     yield (f'  {{\n    "ph": "X", "cat": "Trace", "ts": {ts}, "dur": {_num(gen.t - BASE_US)},\n'
            f'    "pid": "Spans", "tid": "PyTorch Profiler",\n    "name": "PyTorch Profiler (0)",\n'
            f'    "args": {{\n      "Op count": 0\n    }}\n  }}')  # fmt: skip

@@ -224,8 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--padding", choices=("max", "bucket"), default="max")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--warmup", type=int, default=2,
-                    help="unannotated requests run first (first-call costs stay out of stages)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="unannotated requests run first (first-call costs stay out of stages)",
+    )
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--fail-after", type=int, default=None, help=argparse.SUPPRESS)

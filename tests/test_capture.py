@@ -43,7 +43,7 @@ def chrome_stage_counts(path: Path) -> dict[str, int]:
         name = e.get("name", "")
         if e.get("ph") == "X" and e.get("cat") == "user_annotation" and \
                 name.startswith("tracekit:") and name != "tracekit:request":  # fmt: skip
-            counts[name[len("tracekit:"):]] = counts.get(name[len("tracekit:"):], 0) + 1
+            counts[name[len("tracekit:") :]] = counts.get(name[len("tracekit:") :], 0) + 1
     return counts
 
 
@@ -166,8 +166,20 @@ def test_stage_hook_wraps_a_function_without_code_change(tmp_path):
         "for i in range(5):\n    decode(app_lib.work(10000 + i))\n"
     )
     run_dir = tmp_path / "hooks"
-    res = run_capture(["-o", str(run_dir), "--no-nsys", "--stage", "compute=app_lib:work",
-                       "--stage", "decode=app:decode", "--", sys.executable, str(script)])
+    res = run_capture(
+        [
+            "-o",
+            str(run_dir),
+            "--no-nsys",
+            "--stage",
+            "compute=app_lib:work",
+            "--stage",
+            "decode=app:decode",
+            "--",
+            sys.executable,
+            str(script),
+        ]
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     counts = chrome_stage_counts(run_dir / "torch.pt.trace.json")
     assert counts == {"compute": 5, "decode": 5}

@@ -75,8 +75,9 @@ def test_regression_and_top_kernels_against_baseline(pair: tuple[Path, Path]) ->
     assert code == 2 and "--baseline" in err
 
 
-def test_malformed_budgets_exit_2_naming_file_and_line(pair: tuple[Path, Path],
-                                                       tmp_path: Path) -> None:
+def test_malformed_budgets_exit_2_naming_file_and_line(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
     f = tmp_path / "budgets.txt"
     f.write_text("# latency budgets\ninference.p99_ms<=50  # the SLO\n\ninference.p99<=3\n")
     code, out, err = run(str(pair[1]), "--budget-file", str(f))

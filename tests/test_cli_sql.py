@@ -15,13 +15,16 @@ from click.testing import CliRunner
 from tests.conftest import SAMPLE_TRACES, shared_traces
 from tracekit.cli import main
 
-TOP5 = ("SELECT name, count(*) AS calls, round(sum(self_ns) / 1e6, 3) AS self_ms FROM events "
-        "WHERE kind = 'cpu_op' GROUP BY name ORDER BY self_ms DESC, name LIMIT 5")
+TOP5 = (
+    "SELECT name, count(*) AS calls, round(sum(self_ns) / 1e6, 3) AS self_ms FROM events "
+    "WHERE kind = 'cpu_op' GROUP BY name ORDER BY self_ms DESC, name LIMIT 5"
+)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def _sample_kineto(tmp_path: Path) -> Path:
@@ -155,9 +158,16 @@ def test_bad_inputs_one_line_exit_2(tmp_path: Path, content: bytes, message: str
 def test_truncated_gzip_and_missing_file(tmp_path: Path) -> None:
     import gzip
 
-    good = gzip.compress(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": i, "dur": 1}
-        for i in range(2000)]}).encode())
+    good = gzip.compress(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+                    for i in range(2000)
+                ]
+            }
+        ).encode()
+    )
     bad = tmp_path / "t.json.gz"
     bad.write_bytes(good[: len(good) // 2])
     r = _cli("sql", str(bad), "SELECT 1")

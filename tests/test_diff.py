@@ -59,9 +59,17 @@ def test_hta_op_and_kernel_deltas_match_json_pass(hta_pair: tuple[Path, Path]) -
         for i in items:
             b, a = before.get((i.name, i.shape)), after.get((i.name, i.shape))
             assert i.delta_ms == pytest.approx((a or 0) - (b or 0), abs=1e-6)
-            want = ("appeared" if b is None else "vanished" if a is None
-                    else "unchanged" if math.isclose(a, b, abs_tol=1e-9)
-                    else "grew" if a > b else "shrank")
+            want = (
+                "appeared"
+                if b is None
+                else "vanished"
+                if a is None
+                else "unchanged"
+                if math.isclose(a, b, abs_tol=1e-9)
+                else "grew"
+                if a > b
+                else "shrank"
+            )
             assert i.status == want, (i.name, i.shape)
     statuses = {i.status for i in result.kernels}
     assert {"grew", "shrank", "appeared", "vanished"} <= statuses
@@ -224,8 +232,10 @@ def test_cli_diff_formats_and_no_overwrite(padding_pair: tuple[Path, Path], tmp_
     assert not [a for t, a in parser.tags if t in ("script", "link", "img")]
     r = runner.invoke(main, ["diff", str(before), str(after), "-o", str(out)])
     assert r.exit_code == 2 and "--force" in r.output
-    assert runner.invoke(main, ["diff", str(before), str(after), "-o", str(out),
-                                "--force"]).exit_code == 0
+    assert (
+        runner.invoke(main, ["diff", str(before), str(after), "-o", str(out), "--force"]).exit_code
+        == 0
+    )
     r = runner.invoke(main, ["diff", str(before), str(after), "--format", "json"])
     data = json.loads(r.output)
     assert data["format"] == "tracekit-diff/1"

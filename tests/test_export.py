@@ -14,10 +14,14 @@ from tracekit.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 
-STAGES = ("SELECT stage, count(*) AS n, sum(dur_ns)::BIGINT AS ns, "
-          "quantile_disc(dur_ns, 0.5) AS p50 FROM {src} GROUP BY 1 ORDER BY 1")
-KERNELS = ("SELECT name, count(*) AS n, sum(dur_ns)::BIGINT AS ns FROM {src} "
-           "WHERE kind = 'kernel' GROUP BY 1 ORDER BY 1")
+STAGES = (
+    "SELECT stage, count(*) AS n, sum(dur_ns)::BIGINT AS ns, "
+    "quantile_disc(dur_ns, 0.5) AS p50 FROM {src} GROUP BY 1 ORDER BY 1"
+)
+KERNELS = (
+    "SELECT name, count(*) AS n, sum(dur_ns)::BIGINT AS ns FROM {src} "
+    "WHERE kind = 'kernel' GROUP BY 1 ORDER BY 1"
+)
 
 
 def synth(path: Path, events: int = 3000, rank: int = 0) -> Path:
@@ -39,14 +43,17 @@ def test_export_parquet_matches_store(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"Wrote {out} (")
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["traces", "threads", "events", "stages", "requests", "attributes"])
+        ["traces", "threads", "events", "stages", "requests", "attributes"]
+    )
     assert (out / "events" / "trace_id=1").is_dir()
     with tracekit.open(trace) as t:
         want_stages = t.sql(STAGES.format(src="stages")).rows()
         want_kernels = t.sql(KERNELS.format(src="events")).rows()
     con = duckdb.connect()
+
     def pq(table: str) -> str:
         return f"read_parquet('{out}/{table}/**/*.parquet', hive_partitioning=true)"
+
     assert con.execute(STAGES.format(src=pq("stages"))).fetchall() == want_stages
     assert con.execute(KERNELS.format(src=pq("events"))).fetchall() == want_kernels
     assert want_stages and want_kernels

@@ -196,8 +196,9 @@ def apply_edits(doc: Any, edits: list[tuple[float, str, str, int]]) -> Any:
     ),
     top_value=st.sampled_from(range(len(ODD_VALUES))),
 )
-def test_event_mutations(seed: int, edits: list[tuple[float, str, str, int]], top: str | None,
-                         top_value: int):
+def test_event_mutations(
+    seed: int, edits: list[tuple[float, str, str, int]], top: str | None, top_value: int
+):
     doc = json.loads(seeds()[seed % len(seeds())])
     doc = apply_edits(doc, edits)
     if top is not None and isinstance(doc, dict):
@@ -219,7 +220,14 @@ def test_out_of_range_times(key: str, value: float):
 
 @pytest.mark.parametrize("value", [2**64, -(2**64), 2**63])
 def test_out_of_range_ids(value: int):
-    ev = {"ph": "X", "cat": "kernel", "name": "k", "pid": value, "tid": value, "ts": 5,
-          "dur": 1, "args": {"correlation": value, "stream": value, "device": value,
-                             "External id": value}}
+    ev = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k",
+        "pid": value,
+        "tid": value,
+        "ts": 5,
+        "dur": 1,
+        "args": {"correlation": value, "stream": value, "device": value, "External id": value},
+    }
     check(json.dumps({"traceEvents": [ev]}).encode())

@@ -41,8 +41,18 @@ def test_counts_and_kernel_time_match_json_oracle(trace: Path, copy_trace) -> No
 
 def test_second_open_reuses_cache(tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-               "ts": 10.0 + i, "dur": 0.5} for i in range(10)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10.0 + i,
+            "dur": 0.5,
+        }
+        for i in range(10)
+    ]
     trace.write_text(json.dumps({"traceEvents": events}))
     with tracekit.open(trace) as t:
         assert t.ingests[0].reused is False
@@ -66,21 +76,72 @@ def _write(path: Path, events: list[dict], **top: object) -> Path:
 
 def test_nesting_self_time_and_stages(tmp_path: Path) -> None:
     ev = [
-        {"ph": "X", "cat": "user_annotation", "name": "tracekit:request", "pid": 1, "tid": 1,
-         "ts": 0, "dur": 100},
-        {"ph": "X", "cat": "user_annotation", "name": "tracekit:preprocess", "pid": 1, "tid": 1,
-         "ts": 1, "dur": 30},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "tracekit:request",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "tracekit:preprocess",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 30,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::pad", "pid": 1, "tid": 1, "ts": 2, "dur": 10},
-        {"ph": "X", "cat": "user_annotation", "name": "tracekit:inference", "pid": 1, "tid": 1,
-         "ts": 40, "dur": 50},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 41,
-         "dur": 20},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 42,
-         "dur": 15},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-         "ts": 43, "dur": 5, "args": {"correlation": 7}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 50, "dur": 8,
-         "args": {"correlation": 7, "device": 0, "stream": 7, "External id": 3}},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "tracekit:inference",
+            "pid": 1,
+            "tid": 1,
+            "ts": 40,
+            "dur": 50,
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::linear",
+            "pid": 1,
+            "tid": 1,
+            "ts": 41,
+            "dur": 20,
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::addmm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 42,
+            "dur": 15,
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 43,
+            "dur": 5,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 50,
+            "dur": 8,
+            "args": {"correlation": 7, "device": 0, "stream": 7, "External id": 3},
+        },
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
     ]
     path = _write(tmp_path / "nest.json", ev, deviceProperties=[{"id": 0, "name": "GPU-X"}])
@@ -107,12 +168,33 @@ def test_stage_rules_and_stage_sequence_requests(tmp_path: Path) -> None:
     for i in range(3):
         base = i * 100
         ev += [
-            {"ph": "X", "cat": "cpu_op", "name": "tokenize", "pid": 1, "tid": 1, "ts": base,
-             "dur": 10},
-            {"ph": "X", "cat": "cpu_op", "name": "forward", "pid": 1, "tid": 1, "ts": base + 20,
-             "dur": 50},
-            {"ph": "X", "cat": "cpu_op", "name": "forward", "pid": 1, "tid": 1, "ts": base + 30,
-             "dur": 10},
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "tokenize",
+                "pid": 1,
+                "tid": 1,
+                "ts": base,
+                "dur": 10,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "forward",
+                "pid": 1,
+                "tid": 1,
+                "ts": base + 20,
+                "dur": 50,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "forward",
+                "pid": 1,
+                "tid": 1,
+                "ts": base + 30,
+                "dur": 10,
+            },
         ]
     path = _write(tmp_path / "rules.json", ev)
     rules = [tracekit.parse_rule("preprocess=^tokenize$"), tracekit.parse_rule("inference=forward")]
@@ -120,8 +202,9 @@ def test_stage_rules_and_stage_sequence_requests(tmp_path: Path) -> None:
         stages = t.sql("SELECT request_id, stage, dur_ns FROM stages ORDER BY start_ns").rows()
         reqs = t.sql("SELECT request_id, source, dur_ns FROM requests ORDER BY 1").rows()
     # The nested 'forward' is not a second inference stage: outermost match only.
-    assert stages == [(r, s, d) for r in (1, 2, 3)
-                      for s, d in (("preprocess", 10_000), ("inference", 50_000))]
+    assert stages == [
+        (r, s, d) for r in (1, 2, 3) for s, d in (("preprocess", 10_000), ("inference", 50_000))
+    ]
     assert reqs == [(r, "stage-sequence", 70_000) for r in (1, 2, 3)]
 
 
@@ -214,8 +297,23 @@ def test_build_retries_with_the_default_limit_when_the_derived_one_is_too_tight(
 
     monkeypatch.setattr(store, "_build", tight_first)
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "op",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 1,
+                        "dur": 2,
+                    }
+                ]
+            }
+        )
+    )
     with tracekit.open(path) as t:
         assert t.sql("SELECT count(*) AS n FROM events")["n"][0] == 1
     assert limits == [f"{128 * 1024**2}B", "2GB"]

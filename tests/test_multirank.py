@@ -44,8 +44,11 @@ def test_rank_summary_over_a_folder(tmp_path: Path) -> None:
     with tracekit.open(folder) as t:
         rows = t.query("rank_summary").to_dicts()
         ranks = t.sql("SELECT trace_id, rank FROM traces ORDER BY 1").rows()
-        kernel_ms = dict(t.sql("SELECT trace_id, sum(dur_ns) / 1e6 FROM events "
-                               "WHERE kind = 'kernel' GROUP BY 1").rows())
+        kernel_ms = dict(
+            t.sql(
+                "SELECT trace_id, sum(dur_ns) / 1e6 FROM events WHERE kind = 'kernel' GROUP BY 1"
+            ).rows()
+        )
     assert ranks == [(1, 0), (2, 1)]
     assert [(r["rank"], r["stage"]) for r in rows] == [
         (rank, stage) for rank in (0, 1) for stage in ("inference", "postprocess", "preprocess")
@@ -66,10 +69,12 @@ def test_cli_ingest_folder(tmp_path: Path) -> None:
     assert r.output.count(" events, 0 skipped -> ") == 2
 
 
-COUNTS = ("SELECT 'events/' || kind, count(*) FROM events GROUP BY 1 UNION ALL "
-          "SELECT 'stages/' || stage, count(*) FROM stages GROUP BY 1 UNION ALL "
-          "SELECT 'threads', count(*) FROM threads UNION ALL "
-          "SELECT 'requests', count(*) FROM requests")
+COUNTS = (
+    "SELECT 'events/' || kind, count(*) FROM events GROUP BY 1 UNION ALL "
+    "SELECT 'stages/' || stage, count(*) FROM stages GROUP BY 1 UNION ALL "
+    "SELECT 'threads', count(*) FROM threads UNION ALL "
+    "SELECT 'requests', count(*) FROM requests"
+)
 
 
 def _record_pid(path: Path, rules: list, refresh: bool) -> IngestResult:
@@ -95,8 +100,9 @@ def test_parallel_ingest_matches_one_by_one(tmp_path: Path, monkeypatch) -> None
             synth(folder / f"rank{rank}.json", n, rank=rank)
     serial = [ensure_trace_store(p, []) for p in find_traces(one)]
     want = [_store_counts(r.store) for r in serial]
-    assert [r.events for r in serial] == [sum(v for k, v in c.items() if k.startswith("events/"))
-                                          for c in want]
+    assert [r.events for r in serial] == [
+        sum(v for k, v in c.items() if k.startswith("events/")) for c in want
+    ]
 
     pids = tmp_path / "pids"
     pids.mkdir()

@@ -85,8 +85,10 @@ def test_query_param_injection_is_rejected(store: Path):
         "query", "events_by_kind", str(store), "--param", "trace_id=1; DROP TABLE events"
     )
     assert code == 2 and out == ""
-    assert err == "Error: query events_by_kind: parameter trace_id must be INTEGER, " \
+    assert (
+        err == "Error: query events_by_kind: parameter trace_id must be INTEGER, "
         "got '1; DROP TABLE events'\n"
+    )
     assert events_in(store) == 3
 
 
@@ -100,7 +102,9 @@ def test_text_parameter_is_data(store: Path):
     """A string parameter is bound as a value: the SQL it holds is never run."""
     payload = "x'; DROP TABLE events; --"
     with tracekit.open(store) as ts:
-        df = ts.sql("SELECT count(*) AS n, $name AS echoed FROM events WHERE name = $name",
-                    {"name": payload})
+        df = ts.sql(
+            "SELECT count(*) AS n, $name AS echoed FROM events WHERE name = $name",
+            {"name": payload},
+        )
         assert df.to_dicts() == [{"n": 0, "echoed": payload}]
     assert events_in(store) == 3

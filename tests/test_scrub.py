@@ -139,8 +139,13 @@ def test_scrub_real_capture(tmp_path: Path):
     env = {**os.environ, "SECRET_TOKEN": "tk-xyz", "AWS_SECRET_ACCESS_KEY": "sk-test-123"}
     rep = tmp_path / "cap"
     try:
-        subprocess.run(["nsys", "profile", "-t", "osrt", "-o", str(rep), "python", "-c", "pass"],
-                       env=env, capture_output=True, timeout=90, check=True)
+        subprocess.run(
+            ["nsys", "profile", "-t", "osrt", "-o", str(rep), "python", "-c", "pass"],
+            env=env,
+            capture_output=True,
+            timeout=90,
+            check=True,
+        )
         export = ["nsys", "export", "--type", "sqlite", "-o", f"{rep}.sqlite", f"{rep}.nsys-rep"]
         subprocess.run(export, capture_output=True, timeout=90, check=True)
     except (subprocess.SubprocessError, OSError) as e:

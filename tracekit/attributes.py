@@ -55,9 +55,7 @@ def read_sidecars(files: Iterable[Path]) -> list[dict[str, Any]]:
     return records
 
 
-def _map_threads(
-    side: dict[Thread, int], trace: dict[Thread, int]
-) -> dict[Thread, Thread]:
+def _map_threads(side: dict[Thread, int], trace: dict[Thread, int]) -> dict[Thread, Thread]:
     """Sidecar thread -> trace thread (values: first start of each thread on its own clock)."""
     mapping: dict[Thread, Thread] = {}
     free = set(trace)

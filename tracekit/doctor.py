@@ -42,8 +42,14 @@ def _vtuple(text: str) -> tuple[int, ...]:
 def _nsys_checks() -> tuple[list[Check], int | None]:
     nsys = find_nsys()
     if nsys is None:
-        return [Check("nsys", "warn", "not on PATH: captures will be torch.profiler-only",
-                      "install Nsight Systems (Debian: nsight-systems from non-free)")], None
+        return [
+            Check(
+                "nsys",
+                "warn",
+                "not on PATH: captures will be torch.profiler-only",
+                "install Nsight Systems (Debian: nsight-systems from non-free)",
+            )
+        ], None
     checks = [Check("nsys", "ok", f"{nsys.version} at {nsys.path}")]
     importer = find_importer(nsys)
     own = nsys.path.resolve().parent.parent / "host-linux-x64" / IMPORTER
@@ -65,8 +71,14 @@ def _nsys_checks() -> tuple[list[Check], int | None]:
         detail = "reports available" if ok else f"exit {res.returncode}"
     except (OSError, subprocess.TimeoutExpired) as e:
         ok, detail = False, str(e)
-    checks.append(Check("nsys stats", "ok" if ok else "warn", detail,
-                        "" if ok else "nsys stats is the oracle for tests; check the install"))
+    checks.append(
+        Check(
+            "nsys stats",
+            "ok" if ok else "warn",
+            detail,
+            "" if ok else "nsys stats is the oracle for tests; check the install",
+        )
+    )
     return checks, nsys.year
 
 
@@ -93,9 +105,12 @@ def _sqlite_extension_check() -> Check:
     except ImportError:
         ext = None
     if ext is None:
-        return Check("duckdb sqlite", "warn",
-                     "duckdb-extension-sqlite-scanner not installed: nsys files read via sqlite3",
-                     f"pip install duckdb-extension-sqlite-scanner=={_version('duckdb')}")
+        return Check(
+            "duckdb sqlite",
+            "warn",
+            "duckdb-extension-sqlite-scanner not installed: nsys files read via sqlite3",
+            f"pip install duckdb-extension-sqlite-scanner=={_version('duckdb')}",
+        )
     return Check("duckdb sqlite", "ok", str(ext))
 
 

@@ -128,7 +128,9 @@ def capture(opts: CaptureOptions) -> CaptureResult:
             "devices": plan.probe.get("devices", []),
             "cuda_available": bool(plan.probe.get("cuda")),
             "options": {
-                "nsys": opts.nsys, "torch": opts.torch, "duration": opts.duration,
+                "nsys": opts.nsys,
+                "torch": opts.torch,
+                "duration": opts.duration,
                 "timeout": opts.timeout,
                 "schedule": list(opts.schedule) if opts.schedule else None,
                 "stages": [t.spec for t in opts.stages],

@@ -31,8 +31,12 @@ def _schedule(text: str | None) -> tuple[int, int, int] | None:
 )
 @click.option("-o", "--output", "run_dir", type=click.Path(path_type=Path),
               help="Run folder to write (default: runs/<timestamp>).")  # fmt: skip
-@click.option("--nsys/--no-nsys", default=True, show_default=True,
-              help="Trace with Nsight Systems (skipped with a notice when nsys is absent).")
+@click.option(
+    "--nsys/--no-nsys",
+    default=True,
+    show_default=True,
+    help="Trace with Nsight Systems (skipped with a notice when nsys is absent).",
+)
 @click.option("--torch/--no-torch", "use_torch", default=True, show_default=True,
               help="Trace Python commands with torch.profiler.")  # fmt: skip
 @click.option("--schedule", metavar="WAIT,WARMUP,ACTIVE",

@@ -484,7 +484,7 @@ def _find_events_array(
         if k < 0:
             return -1, -1, ""
         j = k + len(b'"traceEvents"')
-        rest = data[j:j + 64].lstrip()
+        rest = data[j : j + 64].lstrip()
         if rest.startswith(b":") and rest[1:].lstrip().startswith(b"["):
             bracket = data.index(b"[", j) - shift
             if bracket < 0:

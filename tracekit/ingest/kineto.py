@@ -62,6 +62,8 @@ def _to_ns(us: float) -> int:
         return us * 1000
     whole = int(us)
     return whole * 1000 + round((us - whole) * _NS_PER_US)
+
+
 _INT64_MAX = 2**63 - 1
 _INT32 = 2**31
 _DIGITS = re.compile(r"-?[0-9]+")
@@ -163,9 +165,11 @@ def _scratch_file(prefix: Path | None) -> Iterator[Path]:
 
 _RARE_BATCH = 50_000
 # Constants of this module only (never trace data), so they can be SQL literals.
-_KIND_CASE = "CASE x.cat_l " + " ".join(
-    f"WHEN '{cat}' THEN '{kind}'" for cat, kind in sorted(CATEGORY_KINDS.items())
-) + " ELSE 'other' END"
+_KIND_CASE = (
+    "CASE x.cat_l "
+    + " ".join(f"WHEN '{cat}' THEN '{kind}'" for cat, kind in sorted(CATEGORY_KINDS.items()))
+    + " ELSE 'other' END"
+)
 _CLEANUP = (
     "DROP VIEW IF EXISTS _kineto_placed",
     "DROP VIEW IF EXISTS _kineto_fated",
@@ -203,8 +207,10 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
         threads.string_ids = _label_ids(groups)
         if threads.string_ids:
             con.execute("CREATE OR REPLACE TEMP TABLE _kineto_labels (label VARCHAR, id BIGINT)")
-            con.executemany("INSERT INTO _kineto_labels VALUES (?, ?)",
-                            [(label, -ident) for label, ident in threads.string_ids.items()])
+            con.executemany(
+                "INSERT INTO _kineto_labels VALUES (?, ?)",
+                [(label, -ident) for label, ident in threads.string_ids.items()],
+            )
             con.execute(sql["labels"])
         stats = writer.stats
         rare = 0
@@ -220,11 +226,13 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
         names: dict[tuple[int | None, int | None], list[str | None]] = {}
         begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]] = {}
         last = 0
-        while rare and (rows := con.execute(  # pages: an insert between fetches ends a stream
-            "SELECT event_id, ph, cat, name, pid, tid, ts, dur, args FROM _kineto_rare "
-            "WHERE event_id > $last ORDER BY event_id LIMIT $n",
-            {"last": last, "n": _RARE_BATCH},
-        ).fetchall()):
+        while rare and (
+            rows := con.execute(  # pages: an insert between fetches ends a stream
+                "SELECT event_id, ph, cat, name, pid, tid, ts, dur, args FROM _kineto_rare "
+                "WHERE event_id > $last ORDER BY event_id LIMIT $n",
+                {"last": last, "n": _RARE_BATCH},
+            ).fetchall()
+        ):
             last = rows[-1][0]
             events = [_rebuild(row) for row in rows]
             cols: dict[str, list[Any]] = {k: [] for k in _COLS}
