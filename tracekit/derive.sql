@@ -152,7 +152,7 @@ FROM st JOIN rq USING (event_id);
 
 -- 6. One narrow row of derived columns per host event and per launched GPU row, then one join
 -- onto the staged rows. Five joins of the wide rows, ordered by event_id, took 17.6 s for 11.9e6
--- nsys rows; this table plus one unordered join, 11.4 s (bench/results.md). `events` is not
+-- nsys rows; this table plus one unordered join, 10.3-11.4 s (bench/results.md). `events` is not
 -- written in event_id order: nothing relies on it, and sorting the wide rows cost 5 s there.
 CREATE OR REPLACE TEMP TABLE _derived AS
 SELECT n.event_id, n.parent_id, n.depth,
