@@ -273,7 +273,9 @@ def test_build_memory_limit_follows_the_json_size(tmp_path: Path, monkeypatch) -
     small.write_bytes(gzip.compress(b'{"traceEvents": []}' + b" " * 10_000))
     assert store._json_size(small) == 10_019  # the gzip trailer's size
     assert store._memory_limit(small, "kineto") == (f"{128 * 1024**2}B", True)  # the floor
-    assert store._memory_limit(big, "nsys") == ("2GB", False)
+    assert store._memory_limit(big, "nsys") == ("2000000000B", True)  # 2x the file, capped
+    assert store._memory_limit(small, "nsys") == (f"{512 * 1024**2}B", True)  # the floor
+    assert store._memory_limit(big, "nsys-rep") == ("2GB", False)
     monkeypatch.setenv(store.MEMORY_ENV, "3GB")
     assert store._memory_limit(big, "kineto") == ("3GB", False)
 
