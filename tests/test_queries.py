@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -25,16 +26,19 @@ def _events(path: Path) -> list[dict]:
     return [e for e in evs if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
 
 
-def _merge(intervals: list[tuple[float, float]]) -> float:
-    total, cur = 0.0, None
+def _islands(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of the intervals as disjoint islands (touching ones merge), in order."""
+    out: list[list[float]] = []
     for s, e in sorted(intervals):
-        if cur is None or s > cur[1]:
-            if cur:
-                total += cur[1] - cur[0]
-            cur = [s, e]
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
         else:
-            cur[1] = max(cur[1], e)
-    return total + (cur[1] - cur[0] if cur else 0.0)
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _merge(intervals: Iterable[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in _islands(intervals))
 
 
 @pytest.fixture(scope="module")
@@ -194,21 +198,11 @@ def _gpu_intervals(path: Path, positive_only: bool) -> list[tuple[int, int, str]
     ]
 
 
-def _islands(gpu: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e, _ in sorted(gpu):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 @pytest.mark.parametrize("trace", ["synth", *shared_params("kineto_*.json.gz")])
 def test_idle_gaps_match_python_pass(trace, synth: Path, copy_trace) -> None:
     path = synth if trace == "synth" else copy_trace(trace)
     gpu = _gpu_intervals(path, positive_only=False)
-    islands = _islands(gpu)
+    islands = _islands((s, e) for s, e, _ in gpu)
     gaps = sorted(
         ((b[0] - a[1], a[1], b[0]) for a, b in zip(islands, islands[1:], strict=False)),
         reverse=True,
@@ -231,7 +225,7 @@ def test_idle_gaps_match_python_pass(trace, synth: Path, copy_trace) -> None:
 
 
 def test_gpu_busy_per_request_matches_python_pass(synth: Path) -> None:
-    islands = _islands(_gpu_intervals(synth, positive_only=True))
+    islands = _islands((s, e) for s, e, _ in _gpu_intervals(synth, positive_only=True))
     reqs = sorted(
         (round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000))
         for e in _events(synth)
