@@ -153,11 +153,12 @@ def _scratch_file(prefix: Path | None) -> Iterator[Path]:
     if prefix is None:
         own_dir = Path(tempfile.mkdtemp(prefix="tracekit-"))
         prefix = own_dir / "scratch"
+    events_json = Path(f"{prefix}.events.json")
     try:
-        yield Path(f"{prefix}.events.json")
+        yield events_json
     finally:
         with contextlib.suppress(FileNotFoundError):
-            Path(f"{prefix}.events.json").unlink()
+            events_json.unlink()
         if own_dir is not None:
             with contextlib.suppress(OSError):
                 own_dir.rmdir()
