@@ -8,7 +8,9 @@ tests hold to its rules, so this keeps the fast path to them too.
 
 from __future__ import annotations
 
+import gzip
 import json
+import time
 from pathlib import Path
 
 import duckdb
@@ -16,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO, shared_params, shared_traces
 from tracekit.derive import derive
-from tracekit.ingest import kineto
+from tracekit.ingest import json_scan, kineto
 from tracekit.store import create_schema
 
 EVENT_COLUMNS = ("event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device, stream, "
@@ -165,12 +167,34 @@ def _python_mapper_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kineto, "_ingest_python", only_when_asked)
 
 
+def _slow_unzip(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Make the gzip reader hand out 97 bytes at a time, slowly, so that chunks are cut while
+    the scratch file is still being written; returns the list of wait_for outcomes."""
+    real_read, real_wait = json_scan._read, json_scan.EventsArray.wait_for
+    outcomes: list[bool] = []
+
+    def trickle(f: object, path: Path, n: int) -> bytes:
+        time.sleep(0.0005)
+        return real_read(f, path, min(n, 97))  # type: ignore[arg-type]
+
+    def wait_for(self: json_scan.EventsArray, offset: int) -> bool:
+        outcomes.append(real_wait(self, offset))
+        return outcomes[-1]
+
+    monkeypatch.setattr(json_scan, "_read", trickle)
+    monkeypatch.setattr(json_scan.EventsArray, "wait_for", wait_for)
+    monkeypatch.setattr(kineto, "UNZIP_CUT_ROOM", 64)
+    return outcomes
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
 @pytest.mark.parametrize("chunk_bytes", [1, 300, 64 * 1024])
-def test_engines_agree_in_small_chunks(chunk_bytes: int, tmp_path: Path,
+def test_engines_agree_in_small_chunks(chunk_bytes: int, gz: bool, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """Cut into many chunks and parts (event_ids, labels and begin/end pairs across their
     ends), and cuts where the pattern lies: strings ending in '}, {', objects in an array in
-    args; the cut is then made again by scanning, never by the Python mapper."""
+    args; the cut is then made again by scanning, never by the Python mapper. gzip: chunks
+    are cut while the unzip is still writing the scratch file."""
     monkeypatch.setattr(kineto, "CHUNK_BYTES", chunk_bytes)
     _python_mapper_not_used(monkeypatch)
     events = [
@@ -221,7 +245,16 @@ def test_engines_agree_in_small_chunks(chunk_bytes: int, tmp_path: Path,
         {"ph": "M", "name": "thread_name", "pid": 7, "tid": "Label A", "args": {"name": "t"}},
     ]
     path = tmp_path / "chunks.json"
-    path.write_text(json.dumps({"traceEvents": events}, indent=1))
+    text = json.dumps({"traceEvents": events, "after": [{"a": 1}, {"b": 2}]}, indent=1)
+    if gz:
+        path = tmp_path / "chunks.json.gz"
+        path.write_bytes(gzip.compress(text.encode()))
+        waits = _slow_unzip(monkeypatch)
+        _assert_same(path, monkeypatch)
+        if chunk_bytes < 64 * 1024:  # (one chunk of 64 KiB holds the whole file)
+            assert False in waits, "every chunk waited for the whole unzip"
+        return
+    path.write_text(text)
     _assert_same(path, monkeypatch)
     if chunk_bytes == 64 * 1024:
         for src in shared_traces("kineto_*.json*")[:3]:

@@ -7,9 +7,11 @@ handed to orjson in one call. Memory is bounded by the block size, not the file 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -149,21 +151,108 @@ TAIL_BYTES = 64 * 1024 * 1024
 
 @dataclass
 class EventsArray:
-    """Where the traceEvents array lies: bytes [start, end) of `path`, from '[' to ']'."""
+    """Where the traceEvents array lies: bytes [start, end) of `path`, from '[' to ']'.
+
+    For gzip, `path` is a scratch file that `unzip` may still be writing: until
+    `wait_for` says the document is complete, `end` is only how far it has been written.
+    """
 
     path: Path
     start: int
     end: int
+    unzip: ScratchGunzip | None = None
+
+    def wait_for(self, offset: int) -> bool:
+        """Block until bytes [0, offset) of `path` exist or the document is complete; True
+        when it is complete (then `end` is the array's real end and `result.top` is set)."""
+        if self.unzip is None:
+            return True
+        written = self.unzip.wait_for(offset)
+        if written is None:
+            self.unzip.finish(self)
+            self.unzip = None
+            return True
+        self.end = written
+        return False
+
+    def close(self) -> None:
+        """Stop the unzip, if any, and wait for it (before its scratch file is removed)."""
+        if self.unzip is not None:
+            self.unzip.cancel()
+
+
+class ScratchGunzip(threading.Thread):
+    """Unzips the rest of a gzip stream into a scratch file on its own thread (zlib releases
+    the GIL), so the events at its start are parsed while the rest is still being unzipped."""
+
+    def __init__(self, gz: IO[bytes], raw: IO[bytes], out: IO[bytes], path: Path,
+                 head: bytes, start: int, result: ScanResult) -> None:  # fmt: skip
+        super().__init__(name="tracekit-gunzip", daemon=True)
+        self.gz, self.raw, self.out, self.path = gz, raw, out, path
+        self.head, self.array_start, self.result = head, start, result
+        self.cond = threading.Condition()
+        self.written = out.tell()
+        self.compressed = raw.tell()  # compressed bytes consumed, for progress
+        self.done = False
+        self.stopped = False
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stopped and (block := _read(self.gz, self.path, BLOCK_BYTES)):
+                self.out.write(block)
+                self.out.flush()  # (the reader sees the bytes through its own descriptor)
+                with self.cond:
+                    self.written += len(block)
+                    self.compressed = self.raw.tell()
+                    self.cond.notify_all()
+        except BaseException as e:  # raised again on the reading thread
+            self.error = e
+        finally:
+            for f in (self.out, self.gz, self.raw):
+                with contextlib.suppress(OSError):
+                    f.close()
+            with self.cond:
+                self.done = True
+                self.cond.notify_all()
+
+    def wait_for(self, offset: int) -> int | None:
+        """Bytes written once at least `offset` are; None when the whole stream is."""
+        with self.cond:
+            while not self.done and self.written < offset:
+                self.cond.wait()
+            if self.error is not None:
+                raise self.error
+            return None if self.done else self.written
+
+    def finish(self, array: EventsArray) -> None:
+        """The stream is unzipped: find the array's end and the rest of the document."""
+        array.end = self.written
+        with open(array.path, "rb") as src:
+            found = _array_end(src, array, _events_depth(self.head, self.array_start))
+        top = _top(self.head, self.array_start, found)
+        if found is None or top is None:
+            raise UnexpectedShape(f"{self.path}: the document around traceEvents")
+        array.end = found[0]
+        self.result.top = top
+
+    def cancel(self) -> None:
+        self.stopped = True
+        self.join()
+
+
+class UnexpectedShape(Exception):
+    """The document is not shaped as locate_events_array expects (read it the slow way)."""
 
 
 def locate_events_array(
     path: Path,
     scratch: Path,
     result: ScanResult,
-    progress: Callable[[int], None] | None = None,
 ) -> EventsArray | None:
     """Find the traceEvents array of `path` without parsing it: in the file itself when it is
-    plain JSON, else (gzip) in `scratch`, where the document is streamed through gunzip.
+    plain JSON, else (gzip) in `scratch`, where the document is streamed through gunzip on
+    a thread of its own (see EventsArray.wait_for; close() the array when done with it).
 
     The head is scanned until the array opens; the array's end is found by scanning the
     tail backwards from the end of the document, where the string and bracket state is known
@@ -172,38 +261,52 @@ def locate_events_array(
     object-format trace at the speed of a file copy. `result.top` gets the rest of the
     document.
 
-    Returns None when the shape is not the expected one (no array in the head, the end not
+    Returns None (or, for gzip, EventsArray.wait_for raises UnexpectedShape once the stream
+    is unzipped) when the shape is not the expected one (no array in the head, the end not
     within the last TAIL_BYTES, a document that does not close): the caller then reads the
     file with the full scanner, which names what is wrong.
     """
-    with open(path, "rb") as raw:
+    raw = open(path, "rb")
+    try:
         gz = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
         f: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw  # type: ignore[assignment]
         head, start = _head(f, path)
         if start < 0:
             return None
-        array = EventsArray(path, start, os.fstat(raw.fileno()).st_size)
         if gz:
-            with open(scratch, "wb") as out:
-                out.write(head[start:])
-                while block := _read(f, path, BLOCK_BYTES):
-                    out.write(block)
-                    if progress is not None:
-                        progress(raw.tell())
-                array = EventsArray(scratch, 0, out.tell())
-    with open(array.path, "rb") as src:
-        found = _array_end(src, array, _events_depth(head, start))
+            out = open(scratch, "wb")
+            out.write(head[start:])
+            out.flush()
+            unzip = ScratchGunzip(f, raw, out, path, head, start, result)
+            unzip.start()  # (it closes the files)
+            raw = None
+            return EventsArray(scratch, 0, len(head) - start, unzip)
+        array = EventsArray(path, start, os.fstat(raw.fileno()).st_size)
+        found = _array_end(raw, array, _events_depth(head, start))
+    finally:
+        if raw is not None:
+            raw.close()
+    top = _top(head, start, found)
+    if found is None or top is None:
+        return None
+    array.end = found[0]
+    result.top = top
+    return array
+
+
+def _top(head: bytes, start: int, found: tuple[int, bytes] | None) -> dict[str, Any] | None:
+    """The document without its events: the head up to the array's '[' and the bytes from
+    its ']' on (None when they do not parse)."""
     if found is None:
         return None
-    array.end, suffix = found
     try:
-        top = orjson.loads(head[: start + 1] + suffix)
+        top = orjson.loads(head[: start + 1] + found[1])
     except orjson.JSONDecodeError:
         return None
-    result.top = top if isinstance(top, dict) else {}
-    result.top.pop("traceEvents", None)
-    return array
+    top = top if isinstance(top, dict) else {}
+    top.pop("traceEvents", None)
+    return top
 
 
 def _array_end(src: IO[bytes], array: EventsArray, events_depth: int) -> tuple[int, bytes] | None:

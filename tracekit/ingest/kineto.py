@@ -7,6 +7,7 @@ import gc
 import math
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from importlib.resources import files
@@ -20,6 +21,7 @@ from tracekit.ingest.common import STAGING_TABLE, EventWriter, TraceInfo, add_th
 from tracekit.ingest.json_scan import (
     EventsArray,
     ScanResult,
+    UnexpectedShape,
     exact_cut,
     iter_event_chunks,
     likely_cut,
@@ -190,18 +192,20 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
     writer = EventWriter(con, trace_id, table=STAGING_TABLE)
     try:
         with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
+            array = None
             try:
-                array = locate_events_array(path, events_json, scan, progress=update)
+                array = locate_events_array(path, events_json, scan)
                 if array is None:
                     raise _DuckDBCannotRead("unexpected document shape")
                 con.execute(sql["setup"])
-                # (progress in the file's bytes: plain files only, gzip was done above)
-                groups = _load_chunks(con, array, part_prefix, sql,
-                                      update if array.path == path else None)  # fmt: skip
-            except (duckdb.InvalidInputException, duckdb.ConversionException, OSError) as e:
+                groups = _load_chunks(con, array, part_prefix, sql, _progress(array, update))
+            except (duckdb.InvalidInputException, duckdb.ConversionException, OSError,
+                    UnexpectedShape) as e:  # fmt: skip
                 # (OSError: no room for the scratch copy, say: the Python mapper needs none)
                 raise _DuckDBCannotRead(str(e)) from None
             finally:  # parsed: the copy is no longer needed
+                if array is not None:
+                    array.close()
                 with contextlib.suppress(FileNotFoundError):
                     events_json.unlink()
         threads = _Threads()
@@ -267,6 +271,21 @@ def _sql_sections(trace_id: int) -> dict[str, str]:
     return {"setup": parts[0], **dict(zip(parts[1::2], parts[2::2], strict=True))}
 
 
+def _progress(array: EventsArray,
+              update: Callable[[int], None] | None) -> Callable[[int], None] | None:  # fmt: skip
+    """Progress in the input file's bytes: the array's offset for plain JSON, the compressed
+    bytes unzipped so far for gzip."""
+    if update is None or array.unzip is None:
+        return update
+    unzip = array.unzip
+    return lambda _offset: update(unzip.compressed)
+
+
+# How far past a chunk the unzip must be before the chunk is cut: room for the element
+# boundary after its last part (likely_cut's first windows).
+UNZIP_CUT_ROOM = 8 * 1024 * 1024
+
+
 def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix: str,
                  sql: dict[str, str],
                  progress: Callable[[int], None] | None) -> list[tuple[Any, ...]]:  # fmt: skip
@@ -276,7 +295,9 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
     A chunk is cut into one part per DuckDB thread, read in parallel. A part is cut where
     likely_cut finds an element boundary; when the chunk then fails to parse, a cut may be
     wrong, so the chunk is cut again by exact_cut and parsed once more (a second failure is
-    the file's: the caller falls back to the Python mapper).
+    the file's: the caller falls back to the Python mapper). While a gzip is still being
+    unzipped, a chunk is cut only within the bytes already written, and never runs to the
+    array's end (not known yet); its retry waits for the whole document.
     """
     n_parts = min(max(_setting(con, "threads", 1), 1), _MAX_PARTS)
     part_bytes = max(CHUNK_BYTES // n_parts, 1)
@@ -289,13 +310,19 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
     try:
         with open(array.path, "rb") as src:
             while start is not None:
+                complete = array.wait_for(start + CHUNK_BYTES + UNZIP_CUT_ROOM)
                 cuts = _cuts(start, n_parts, lambda pos: likely_cut(src, pos + part_bytes,
                                                                     array.end))  # fmt: skip
+                if not complete and cuts[-1] is None:  # the end of what is written so far
+                    complete = array.wait_for(sys.maxsize)
+                    cuts = _cuts(start, n_parts, lambda pos: likely_cut(src, pos + part_bytes,
+                                                                        array.end))  # fmt: skip
                 try:
                     _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
                 except duckdb.InvalidInputException:
                     if cuts == [None]:
                         raise
+                    array.wait_for(sys.maxsize)  # (a wrong cut: the exact scan needs the end)
                     cuts = _cuts(start, n_parts, lambda pos: exact_cut(src, pos, pos + part_bytes))
                     _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
                 finally:
