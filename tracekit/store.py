@@ -165,9 +165,6 @@ _MEMORY_FLOOR = 128 * 1024**2
 # 256 MB at 1e6 was 20 % slower.
 _NSYS_MEMORY_FRACTION = 2.0
 _NSYS_MEMORY_FLOOR = 512 * 1024**2
-# DuckDB's allocator returns freed memory to the system only after a query that allocated
-# more than this (default 128 MiB): at 16 MB the 1e6 build peaked ~11 MB lower (0.1 s slower).
-_ALLOCATOR_FLUSH = "16MB"
 
 
 def _json_size(path: Path) -> int:
@@ -292,9 +289,6 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: str,
         # (a literal: a bound parameter would wait for the pandas import on the thread)
         quoted = memory_limit.replace("'", "''")
         con.execute(f"SET memory_limit = '{quoted}'")
-        if fmt == "kineto":  # (the nsys ingest is measured and tuned on its own)
-            con.execute(f"SET allocator_flush_threshold = '{_ALLOCATOR_FLUSH}'")
-            con.execute(f"SET allocator_bulk_deallocation_flush_threshold = '{_ALLOCATOR_FLUSH}'")
         create_schema(con)
         info = _run_ingestor(con, source, fmt, scratch=tmp)
         derive(con, rules)
