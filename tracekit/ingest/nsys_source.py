@@ -18,12 +18,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from tracekit.errors import TraceFormatError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CHUNK_ROWS = 200_000
 # Tables whose presence marks a file as an nsys export (besides StringIds).
@@ -39,7 +41,7 @@ NSYS_MARKERS = (
     "TARGET_INFO_SESSION_START_TIME",
     "OSRT_API",
 )
-_DECL_TYPES = {"INTEGER": pa.int64(), "INT": pa.int64(), "REAL": pa.float64()}
+_DECL_TYPES = {"INTEGER": "int64", "INT": "int64", "REAL": "float64"}  # else string
 
 
 @dataclass
@@ -180,9 +182,12 @@ class FallbackCopy:
         con.execute(f"ATTACH {_sql_str(str(db))} AS {alias}")
 
     def copy(self, src: sqlite3.Connection, p: Probe, tables: list[str]) -> None:
+        import pyarrow as pa  # (the fallback only: a store build otherwise never loads it)
+
         for table in tables:
             cols = p.columns[table]
-            types = [_DECL_TYPES.get(d.split("(")[0], pa.string()) for d in p.decl[table]]
+            types = [pa.type_for_alias(_DECL_TYPES.get(d.split("(")[0], "string"))
+                     for d in p.decl[table]]  # fmt: skip
             schema = pa.schema([("_rid", pa.int64())] + list(zip(cols, types, strict=True)))
             collist = ", ".join(f'"{c}"' for c in cols)
             rid = "rowid" if table in p.max_rowid else "NULL"
@@ -205,6 +210,8 @@ class FallbackCopy:
 
 
 def _to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+    import pyarrow as pa
+
     arrays = []
     for i, f in enumerate(schema):
         values = [r[i] for r in rows]
