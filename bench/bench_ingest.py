@@ -23,8 +23,11 @@ around the work only (imports excluded), with that process's peak RSS:
   ingest .gz       the cold ingest of path.gz (with --gz; the .gz is made once, level 6)
 
 The file is in the OS page cache for every row (it was just written or read), so the rows
-compare parsing, not disk. Prints seconds (median of --repeat), events/s, MB/s, peak RSS,
-and each row's time as a ratio to tracekit's cold ingest (>1: slower than tracekit).
+compare parsing, not disk. The rows run in --repeat rounds (every row once per round), so a
+drift in the machine's speed hits each round's rows alike; the ingest / json.load and .gz /
+plain ratios are printed per round as well. Prints seconds (median of --repeat), events/s,
+MB/s, peak RSS, and each row's time as a ratio to tracekit's cold ingest (>1: slower than
+tracekit).
 """
 
 from __future__ import annotations
@@ -199,11 +202,16 @@ def main() -> None:
         if args.gz:
             gzip_beside(path)
         mb = path.stat().st_size / 1e6
+        # Rounds, each running every row once: this VM's speed drifts within minutes, and
+        # interleaving puts each round's rows under the same drift (ratios per round below).
+        runs: dict[str, list[tuple[float, int, int]]] = {name: [] for name in names}
+        for _ in range(args.repeat):
+            for name in names:
+                runs[name].append(run_one(name, path))
         rows: dict[str, tuple[float, int, int]] = {}
-        for name in names:
-            runs = [run_one(name, path) for _ in range(args.repeat)]
-            secs = statistics.median(r[0] for r in runs)
-            rows[name] = (secs, max(r[1] for r in runs), max(r[2] for r in runs))
+        for name, got in runs.items():
+            secs = statistics.median(r[0] for r in got)
+            rows[name] = (secs, max(r[1] for r in got), max(r[2] for r in got))
         # Rates use the file's traceEvents count (what every row reads); ingest keeps fewer
         # rows (metadata and flow events become thread names and correlations, not events).
         events = rows["json.load"][1] if "json.load" in rows else size
@@ -217,6 +225,12 @@ def main() -> None:
             ratio = f"{secs / base:8.2f}x" if base else ""
             print(f"{name:16} {secs:8.3f} {events / secs / 1e6:10.2f} {mb / secs:8.0f} "
                   f"{rss / 2**20:7.0f} M {ratio:>9}", flush=True)  # fmt: skip
+        for num, den in (("ingest (cold)", "json.load"), ("ingest .gz (cold)", "ingest (cold)")):
+            if num in runs and den in runs:
+                per_round = [a[0] / b[0] for a, b in zip(runs[num], runs[den], strict=True)]
+                listed = " ".join(f"{r:.2f}" for r in per_round)
+                print(f"{num} / {den}, per round: {listed} "
+                      f"(median {statistics.median(per_round):.2f})")  # fmt: skip
     print(f"\ncommand: {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M %Z')}")
 
