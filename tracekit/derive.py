@@ -8,6 +8,7 @@ from importlib.resources import files
 import duckdb
 
 from tracekit.ingest.common import STAGING_TABLE
+from tracekit.progress import NO_PROGRESS, Progress
 from tracekit.stages import StageRule
 
 
@@ -18,7 +19,18 @@ def _events_ddl() -> str:
     return match.group(0)
 
 
-def derive(con: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
+def derive_steps() -> list[tuple[str, str]]:
+    """derive.sql as (what, SQL) steps, split at its `-- @step <what>` lines."""
+    script = files("tracekit").joinpath("derive.sql").read_text()
+    parts = re.split(r"^-- @step (.+)$", script, flags=re.M)
+    head = [line for line in parts[0].splitlines() if line.strip()]
+    assert all(line.startswith("--") for line in head), "derive.sql: SQL before its first step"
+    return [(what.strip(), sql) for what, sql in zip(parts[1::2], parts[2::2], strict=True)]
+
+
+def derive(
+    con: duckdb.DuckDBPyConnection, rules: list[StageRule], progress: Progress = NO_PROGRESS
+) -> None:
     """Fill the derived columns and tables of the single trace held by `con`.
 
     The rows come from the ingestor's temp staging table when it left them there, else from
@@ -36,8 +48,10 @@ def derive(con: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
         con.executemany(
             "INSERT INTO _stage_rules VALUES (?, ?)", [(r.stage, r.pattern) for r in rules]
         )
-    script = files("tracekit").joinpath("derive.sql").read_text()
-    con.execute(script)
+    steps = derive_steps()
+    for k, (what, sql) in enumerate(steps, 1):
+        progress.step(f"deriving {k}/{len(steps)}: {what}")
+        con.execute(sql)
     for table in (
         "_host",
         "_starts",

@@ -5,7 +5,9 @@
 -- call, by correlation within the process), stage and request_id (attribution rules of
 -- docs/architecture.md), and the stages and requests tables.
 -- Input: temp table _stage_rules(stage VARCHAR, pattern VARCHAR) made by tracekit/derive.py.
+-- derive.py runs it step by step, at the `-- @step <what>` lines (the progress line names them).
 
+-- @step nesting
 -- 1. Nesting. A sweep over start (+1) and end (-1) points per thread: the running sum at a start
 -- point is the depth + 1. Ties: ends before starts; longer events start first; inner events end
 -- first; zero-length events end right after they start.
@@ -42,6 +44,7 @@ FROM _nest n JOIN _events_raw e USING (event_id)
 WHERE n.parent_id IS NOT NULL
 GROUP BY n.parent_id;
 
+-- @step launches
 -- 2. Launches: each GPU row to the runtime call with its correlation id in the same process
 -- (Kineto GPU rows carry no host pid: the id is unique within the trace there). When a driver
 -- call nests inside a runtime call with the same id, the outer (earliest) one launched it.
@@ -54,6 +57,7 @@ WHERE g.tid IS NULL AND g.correlation IS NOT NULL AND g.correlation <> 0
   AND g.kind IN ('kernel', 'memcpy', 'memset', 'sync')
 GROUP BY g.event_id;
 
+-- @step stages
 -- 3. Stages: tracekit:<stage> ranges, plus user rules (outermost match per thread).
 CREATE OR REPLACE TEMP TABLE _rule_hits AS
 SELECT e.event_id, r.stage, e.start_ns, e.end_ns, e.pid, e.tid
@@ -76,6 +80,7 @@ WHERE NOT EXISTS (
       AND (o.start_ns < h.start_ns OR o.end_ns > h.end_ns OR o.event_id < h.event_id)
 );
 
+-- @step requests
 -- 4. Requests: tracekit:request ranges; else ProfilerStep#N; else one request per run of
 -- stages that starts again each time the first stage name recurs.
 CREATE OR REPLACE TEMP TABLE _req_ranges AS
@@ -109,6 +114,7 @@ SELECT 1, row_number() OVER (ORDER BY start_ns, event_id NULLS LAST), start_ns, 
        end_ns - start_ns, source, event_id, pid, tid
 FROM _req_ranges;
 
+-- @step requests of stages
 -- A stage belongs to the request that contains its start, same thread first.
 CREATE OR REPLACE TEMP TABLE _stage_req AS
 WITH same_thread AS (
@@ -131,6 +137,7 @@ SELECT 1, q.request_id, s.stage, s.start_ns, s.end_ns, s.end_ns - s.start_ns, s.
        s.pid, s.tid
 FROM _stage_ranges s LEFT JOIN _stage_req q USING (event_id);
 
+-- @step stage and request of each event
 -- 5. Host events take the innermost open stage/request on their thread; GPU rows take those
 -- of the runtime call that launched them (the NVTX "GPU projection").
 CREATE OR REPLACE TEMP TABLE _host_attr AS
@@ -150,6 +157,7 @@ SELECT st.event_id,
        CASE WHEN rq.start_ns <= rq.r_end THEN rq.request_id END AS request_id
 FROM st JOIN rq USING (event_id);
 
+-- @step derived columns
 -- 6. One narrow row of derived columns per host event and per launched GPU row, then one join
 -- onto the staged rows. Five joins of the wide rows, ordered by event_id, took 17.6 s for 11.9e6
 -- nsys rows; this table plus one unordered join, 10.3-11.4 s (bench/results.md). `events` is not
@@ -166,6 +174,7 @@ UNION ALL
 SELECT l.event_id, NULL, NULL, NULL, l.launch_id, la.stage, la.request_id
 FROM _launch l LEFT JOIN _host_attr la ON la.event_id = l.launch_id;
 
+-- @step writing events
 INSERT INTO events
 SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,
        e.device, e.stream, e.correlation, e.external_id, e.args,

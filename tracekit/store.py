@@ -31,6 +31,8 @@ from tracekit.derive import derive
 from tracekit.errors import StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import detect_format
 from tracekit.ingest.common import IngestStats, TraceInfo
+from tracekit.ingest.json_scan import document_size
+from tracekit.progress import Progress, build_progress
 from tracekit.stages import StageRule, rules_digest
 
 SCHEMA_VERSION = "1"
@@ -167,17 +169,6 @@ _NSYS_MEMORY_FRACTION = 2.0
 _NSYS_MEMORY_FLOOR = 512 * 1024**2
 
 
-def _json_size(path: Path) -> int:
-    """Bytes of the JSON document: the file's size, or for gzip the size its trailer gives
-    (modulo 4 GiB: never taken below the compressed size times 8)."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        if f.read(2) != b"\x1f\x8b" or size < 18:
-            return size
-        f.seek(-4, os.SEEK_END)
-        return max(int.from_bytes(f.read(4), "little"), size * 8)
-
-
 def _memory_limit(source: Path, fmt: str) -> tuple[str, bool]:
     """(DuckDB memory_limit for building this trace's store, whether it comes from the
     trace's size): TRACEKIT_MEMORY_LIMIT when set, else from the size of a Kineto JSON or an
@@ -186,7 +177,7 @@ def _memory_limit(source: Path, fmt: str) -> tuple[str, bool]:
     if configured:
         return configured, False
     if fmt == "kineto":
-        derived = max(int(_json_size(source) * _KINETO_MEMORY_FRACTION), _MEMORY_FLOOR)
+        derived = max(int(document_size(source) * _KINETO_MEMORY_FRACTION), _MEMORY_FLOOR)
     elif fmt == "nsys":  # (an .nsys-rep says little of the size of its export: the default)
         derived = max(int(source.stat().st_size * _NSYS_MEMORY_FRACTION), _NSYS_MEMORY_FLOOR)
     else:
@@ -241,18 +232,19 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _run_ingestor(
-    con: duckdb.DuckDBPyConnection, source: Path, fmt: str, scratch: Path
+    con: duckdb.DuckDBPyConnection, source: Path, fmt: str, scratch: Path, progress: Progress
 ) -> TraceInfo:
     if fmt == "kineto":
         from tracekit.ingest import kineto
 
-        return kineto.ingest(con, source, 1, scratch=scratch)
+        return kineto.ingest(con, source, 1, scratch=scratch, progress=progress)
     if fmt in ("nsys", "nsys-rep"):
         from tracekit.ingest import nsys
 
         if fmt == "nsys-rep":
+            progress.step("exporting the report to SQLite (nsys export)")
             source = nsys.export_nsys_rep(source)
-        return nsys.ingest(con, source, 1)
+        return nsys.ingest(con, source, 1, progress=progress)
     raise TraceFormatError(f"{source}: unsupported format {fmt}")
 
 
@@ -290,15 +282,18 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: str,
         quoted = memory_limit.replace("'", "''")
         con.execute(f"SET memory_limit = '{quoted}'")
         create_schema(con)
-        info = _run_ingestor(con, source, fmt, scratch=tmp)
-        derive(con, rules)
-        sidecars = _sidecar_files(source)
-        if sidecars:
-            apply_attributes(con, 1, sidecars)
-        _write_trace_row(con, source, info, digest.result())
-        con.executemany("INSERT INTO meta VALUES (?, ?)", sorted(key.items()))
-        con.execute("CHECKPOINT")
-        con.close()
+        with build_progress(f"ingest {source.name}") as progress:
+            info = _run_ingestor(con, source, fmt, tmp, progress)
+            derive(con, rules, progress)
+            sidecars = _sidecar_files(source)
+            if sidecars:
+                progress.step("attributes")
+                apply_attributes(con, 1, sidecars)
+            progress.step("writing the store")
+            _write_trace_row(con, source, info, digest.result())
+            con.executemany("INSERT INTO meta VALUES (?, ?)", sorted(key.items()))
+            con.execute("CHECKPOINT")
+            con.close()
         os.replace(tmp, out)
     except BaseException:
         con.close()

@@ -46,6 +46,17 @@ def open_trace_bytes(path: Path) -> IO[bytes]:
     return f
 
 
+def document_size(path: Path) -> int:
+    """Bytes of the JSON document: the file's size, or for gzip the size its trailer gives
+    (modulo 4 GiB: never taken below the compressed size times 8)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        f.seek(-4, os.SEEK_END)
+        return max(int.from_bytes(f.read(4), "little"), size * 8)
+
+
 def _read(f: IO[bytes], path: Path, n: int) -> bytes:
     try:
         return f.read(n)
@@ -192,7 +203,6 @@ class ScratchGunzip(threading.Thread):
         self.head, self.array_start, self.result = head, start, result
         self.cond = threading.Condition()
         self.written = out.tell()
-        self.compressed = raw.tell()  # compressed bytes consumed, for progress
         self.done = False
         self.stopped = False
         self.error: BaseException | None = None
@@ -204,7 +214,6 @@ class ScratchGunzip(threading.Thread):
                 self.out.flush()  # (the reader sees the bytes through its own descriptor)
                 with self.cond:
                     self.written += len(block)
-                    self.compressed = self.raw.tell()
                     self.cond.notify_all()
         except BaseException as e:  # raised again on the reading thread
             self.error = e

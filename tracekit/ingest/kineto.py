@@ -22,13 +22,14 @@ from tracekit.ingest.json_scan import (
     EventsArray,
     ScanResult,
     UnexpectedShape,
+    document_size,
     exact_cut,
     iter_event_chunks,
     likely_cut,
     locate_events_array,
     write_part,
 )
-from tracekit.progress import progress_bar
+from tracekit.progress import NO_PROGRESS, Progress
 
 # Category → kind. Old (2021) Kineto used Operator/Runtime/Kernel/Memcpy/Memset.
 CATEGORY_KINDS = {
@@ -116,7 +117,11 @@ ENGINE_ENV = "TRACEKIT_KINETO_ENGINE"  # "python" forces the reference mapper
 
 
 def ingest(
-    con: duckdb.DuckDBPyConnection, path: Path, trace_id: int, scratch: Path | None = None
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    trace_id: int,
+    scratch: Path | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> TraceInfo:
     """Map every event of a Chrome/Kineto trace into `events` (or its staging table, see
     tracekit.ingest.common.STAGING_TABLE: tracekit.derive moves the rows) and `threads`.
@@ -131,13 +136,13 @@ def ingest(
     """
     if os.environ.get(ENGINE_ENV, "duckdb") != "python":
         with _scratch_file(scratch) as events_json, contextlib.suppress(_DuckDBCannotRead):
-            return _ingest_duckdb(con, path, trace_id, events_json)
+            return _ingest_duckdb(con, path, trace_id, events_json, progress)
     # The events are acyclic dicts freed chunk by chunk: the cyclic collector finds nothing to
     # free, yet its passes over millions of young objects cost 3x the parse (docs/architecture.md).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _ingest_python(con, path, trace_id)
+        return _ingest_python(con, path, trace_id, progress)
     finally:
         if enabled:
             gc.enable()
@@ -185,29 +190,31 @@ _CLEANUP = (
 
 
 def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
-                   events_json: Path) -> TraceInfo:  # fmt: skip
+                   events_json: Path, progress: Progress) -> TraceInfo:  # fmt: skip
     scan = ScanResult()
     part_prefix = str(events_json).removesuffix(".events.json")
     sql = _sql_sections(trace_id)
     writer = EventWriter(con, trace_id, table=STAGING_TABLE)
     try:
-        with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
-            array = None
-            try:
-                array = locate_events_array(path, events_json, scan)
-                if array is None:
-                    raise _DuckDBCannotRead("unexpected document shape")
-                con.execute(sql["setup"])
-                groups = _load_chunks(con, array, part_prefix, sql, _progress(array, update))
-            except (duckdb.InvalidInputException, duckdb.ConversionException, OSError,
-                    UnexpectedShape) as e:  # fmt: skip
-                # (OSError: no room for the scratch copy, say: the Python mapper needs none)
-                raise _DuckDBCannotRead(str(e)) from None
-            finally:  # parsed: the copy is no longer needed
-                if array is not None:
-                    array.close()
-                with contextlib.suppress(FileNotFoundError):
-                    events_json.unlink()
+        size = document_size(path)
+        progress.step("parsing events", total=size)
+        array = None
+        try:
+            array = locate_events_array(path, events_json, scan)
+            if array is None:
+                raise _DuckDBCannotRead("unexpected document shape")
+            con.execute(sql["setup"])
+            groups = _load_chunks(con, array, part_prefix, sql, progress.update)
+            progress.update(size)
+        except (duckdb.InvalidInputException, duckdb.ConversionException, OSError,
+                UnexpectedShape) as e:  # fmt: skip
+            # (OSError: no room for the scratch copy, say: the Python mapper needs none)
+            raise _DuckDBCannotRead(str(e)) from None
+        finally:  # parsed: the copy is no longer needed
+            if array is not None:
+                array.close()
+            with contextlib.suppress(FileNotFoundError):
+                events_json.unlink()
         threads = _Threads()
         threads.string_ids = _label_ids(groups)
         if threads.string_ids:
@@ -231,6 +238,8 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
         names: dict[tuple[int | None, int | None], list[str | None]] = {}
         begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]] = {}
         last = 0
+        if rare:
+            progress.step("mapping metadata, instants and begin/end pairs")
         while rare and (
             rows := con.execute(  # pages: an insert between fetches ends a stream
                 "SELECT event_id, ph, cat, name, pid, tid, ts, dur, args FROM _kineto_rare "
@@ -271,16 +280,6 @@ def _sql_sections(trace_id: int) -> dict[str, str]:
     return {"setup": parts[0], **dict(zip(parts[1::2], parts[2::2], strict=True))}
 
 
-def _progress(array: EventsArray,
-              update: Callable[[int], None] | None) -> Callable[[int], None] | None:  # fmt: skip
-    """Progress in the input file's bytes: the array's offset for plain JSON, the compressed
-    bytes unzipped so far for gzip."""
-    if update is None or array.unzip is None:
-        return update
-    unzip = array.unzip
-    return lambda _offset: update(unzip.compressed)
-
-
 # How far past a chunk the unzip must be before the chunk is cut: room for the element
 # boundary after its last part (likely_cut's first windows).
 UNZIP_CUT_ROOM = 8 * 1024 * 1024
@@ -288,7 +287,7 @@ UNZIP_CUT_ROOM = 8 * 1024 * 1024
 
 def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix: str,
                  sql: dict[str, str],
-                 progress: Callable[[int], None] | None) -> list[tuple[Any, ...]]:  # fmt: skip
+                 progress: Callable[[int], None]) -> list[tuple[Any, ...]]:  # fmt: skip
     """Parse and map the events array chunk by chunk, in order, into the tables of kineto.sql;
     return (fate, reason, pid_label, tid_label, count, first event_id) groups.
 
@@ -329,8 +328,7 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
                     con.execute(restore)  # (the mapping measured 1.5x slower with order kept)
                 done += _map_chunk_rows(con, sql, fates)
                 start = cuts[-1][1] if cuts[-1] is not None else None
-                if progress is not None:
-                    progress(start or array.end)
+                progress(start or array.end)
     finally:
         for done_with in files:
             with contextlib.suppress(FileNotFoundError):
@@ -421,20 +419,21 @@ def _load_value(text: str) -> Any:
         return json.loads(text)
 
 
-def _ingest_python(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int) -> TraceInfo:
+def _ingest_python(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
+                   progress: Progress = NO_PROGRESS) -> TraceInfo:  # fmt: skip
     writer = EventWriter(con, trace_id)
     threads = _Threads()
     names: dict[tuple[int | None, int | None], list[str | None]] = {}
     begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]] = {}
     scan = ScanResult()
     position = 1
-    with progress_bar(f"ingest {path.name}", path.stat().st_size) as update:
-        for chunk in iter_event_chunks(path, scan, progress=update):
-            cols: dict[str, list[Any]] = {k: [] for k in _COLS}
-            ids = range(position, position + len(chunk))
-            position += len(chunk)
-            _map_chunk(chunk, ids, cols, threads, names, begin_stacks, writer)
-            writer.add_columns(cols)
+    progress.step("parsing events (Python mapper)", total=path.stat().st_size)
+    for chunk in iter_event_chunks(path, scan, progress=progress.update):
+        cols: dict[str, list[Any]] = {k: [] for k in _COLS}
+        ids = range(position, position + len(chunk))
+        position += len(chunk)
+        _map_chunk(chunk, ids, cols, threads, names, begin_stacks, writer)
+        writer.add_columns(cols)
     _finish(con, trace_id, writer, names, begin_stacks)
     return _trace_info(scan.top, writer)
 

@@ -33,6 +33,7 @@ from tracekit.ingest.nsys_source import (
     probe,
     sqlite_error,
 )
+from tracekit.progress import NO_PROGRESS, Progress
 
 NEEDED_TABLES = (
     "StringIds",
@@ -52,7 +53,12 @@ EXPORT_TIMEOUT_S = 600
 
 
 def ingest(
-    con: duckdb.DuckDBPyConnection, path: Path, trace_id: int, *, reader: str = "auto"
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    trace_id: int,
+    *,
+    reader: str = "auto",
+    progress: Progress = NO_PROGRESS,
 ) -> TraceInfo:
     """Stage the events and insert the threads of one nsys SQLite export; return what it says
     of itself. The events are left in the temp staging table: run tracekit.derive next.
@@ -60,12 +66,13 @@ def ingest(
     reader: "auto" (sqlite_scanner, falling back to sqlite3) or "sqlite3" (force the fallback).
     """
     path = Path(path)
+    progress.step("checking the SQLite export")
     with connect_ro(path) as sq:
         p = probe(sq, path)
         info = _trace_info(sq, p)
     _create_staging(con)
     try:
-        return _ingest(con, path, trace_id, p, info, reader)
+        return _ingest(con, path, trace_id, p, info, reader, progress)
     except BaseException:
         con.execute(f"DROP TABLE IF EXISTS {STAGING_TABLE}")
         raise
@@ -88,11 +95,12 @@ def _ingest(
     p: Probe,
     info: TraceInfo,
     reader: str,
+    progress: Progress,
 ) -> TraceInfo:
     alias = f"_tk_nsys_src{trace_id}"
     writer = EventWriter(con, trace_id)
     if reader == "sqlite3":
-        return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id))
+        return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id, progress))
     try:
         attach_scanner(con, path, alias)
     except duckdb.Error as e:
@@ -100,9 +108,9 @@ def _ingest(
             f"sqlite_scanner extension unavailable ({str(e).splitlines()[0]}); read with "
             "Python's sqlite3 instead (slower)"
         )
-        return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id))
+        return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id, progress))
     try:
-        extra = _map_all(Mapper(con, alias, p, writer, rid="rowid"))
+        extra = _map_all(Mapper(con, alias, p, writer, rid="rowid", progress=progress))
         info.metadata["reader"] = "sqlite_scanner"
     except duckdb.Error as e:
         _raise_if_damaged(path, e)
@@ -114,7 +122,7 @@ def _ingest(
             f"DuckDB's SQLite reader failed ({str(e).splitlines()[0]}); re-read with "
             "Python's sqlite3 (slower)"
         )
-        return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id))
+        return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id, progress))
     finally:
         _detach(con, alias)
     return _finish(con, path, p, info, (writer, extra))
@@ -136,14 +144,20 @@ def _map_all(m: Mapper) -> dict[str, Any]:
 
 
 def _fallback(
-    con: duckdb.DuckDBPyConnection, path: Path, p: Probe, alias: str, trace_id: int
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    p: Probe,
+    alias: str,
+    trace_id: int,
+    progress: Progress,
 ) -> tuple[EventWriter, dict[str, Any]]:
     writer = EventWriter(con, trace_id)
     copy = FallbackCopy(con, alias)
     try:
+        progress.step("copying the export with Python's sqlite3")
         with connect_ro(path) as sq:
             copy.copy(sq, p, [t for t in NEEDED_TABLES if t == "StringIds" or p.has(t)])
-        extra = _map_all(Mapper(con, alias, p, writer, rid="_rid"))
+        extra = _map_all(Mapper(con, alias, p, writer, rid="_rid", progress=progress))
     finally:
         copy.close()
     extra["reader"] = "sqlite3"

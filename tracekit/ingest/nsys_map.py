@@ -18,6 +18,7 @@ import duckdb
 
 from tracekit.ingest.common import STAGING_TABLE, EventWriter
 from tracekit.ingest.nsys_source import Probe
+from tracekit.progress import NO_PROGRESS, Progress
 
 PID = "(({g} >> 24) & 16777215)"  # bits 24-47 of a globalTid/globalPid
 TID = "nullif({g} & 16777215, 0)"  # bits 0-23; 0 means "the process itself"
@@ -85,8 +86,10 @@ class Mapper:
         probe: Probe,
         writer: EventWriter,
         rid: str,
+        progress: Progress = NO_PROGRESS,
     ) -> None:
         self.con = con
+        self.progress = progress
         self.a = alias
         self.p = probe
         self.w = writer
@@ -108,6 +111,7 @@ class Mapper:
         """Insert one table's rows with event_id = base + rowid and advance the writer."""
         if not self.p.has(table):
             return 0
+        self.progress.step(f"reading {table} ({self.p.rows[table]:,} rows)")
         self.w.flush()
         base = self.w.next_id - 1
         sql = INSERT.format(table=STAGING_TABLE) + build(f"{base} + s.{self.rid}")
@@ -119,6 +123,7 @@ class Mapper:
         return inserted
 
     def load_strings(self) -> None:
+        self.progress.step("reading StringIds")
         self.con.execute(
             f"CREATE OR REPLACE TEMP TABLE {STR} AS SELECT id, value FROM {self.t('StringIds')}"
         )
@@ -129,6 +134,7 @@ class Mapper:
         T = "NVTX_EVENTS"
         if not self.p.has(T):
             return {}
+        self.progress.step(f"reading {T} ({self.p.rows[T]:,} rows)")
         src = self.t(T)
         text_id = self.c(T, "textId")
         dom_name = f"coalesce(s.text, (SELECT value FROM {STR} WHERE id = {text_id}))"
