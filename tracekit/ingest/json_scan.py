@@ -8,6 +8,8 @@ handed to orjson in one call. Memory is bounded by the block size, not the file 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import gzip
 import os
 import re
@@ -186,15 +188,31 @@ class EventsArray:
         self.end = written
         return False
 
+    def release(self, offset: int) -> None:
+        """Bytes [0, offset) of `path` will not be read again (the unzip may drop them)."""
+        if self.unzip is not None:
+            self.unzip.release(offset)
+
     def close(self) -> None:
         """Stop the unzip, if any, and wait for it (before its scratch file is removed)."""
         if self.unzip is not None:
             self.unzip.cancel()
 
 
+# How far the unzip may run ahead of the bytes the reader has released, unless the reader
+# waits for more: the scratch file then holds about this much of the document, not all of it
+# (released bytes are punched out of it where the file system can).
+UNZIP_AHEAD = 256 * 1024 * 1024
+
+
 class ScratchGunzip(threading.Thread):
     """Unzips the rest of a gzip stream into a scratch file on its own thread (zlib releases
-    the GIL), so the events at its start are parsed while the rest is still being unzipped."""
+    the GIL), so the events at its start are parsed while the rest is still being unzipped.
+
+    It runs at most UNZIP_AHEAD past what the reader has released (or up to what it waits
+    for), and punches the released bytes out of the file: a 10 GB document does not need
+    10 GB of free disk.
+    """
 
     def __init__(self, gz: IO[bytes], raw: IO[bytes], out: IO[bytes], path: Path,
                  head: bytes, start: int, result: ScanResult) -> None:  # fmt: skip
@@ -203,13 +221,19 @@ class ScratchGunzip(threading.Thread):
         self.head, self.array_start, self.result = head, start, result
         self.cond = threading.Condition()
         self.written = out.tell()
+        self.wanted = 0  # the most the reader has waited for
+        self.released = 0  # the reader is done with the bytes before this
+        self.punched = 0  # bytes before this are out of the file
         self.done = False
         self.stopped = False
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            while not self.stopped and (block := _read(self.gz, self.path, BLOCK_BYTES)):
+            while self._may_go_on():
+                block = _read(self.gz, self.path, BLOCK_BYTES)
+                if not block:
+                    break
                 self.out.write(block)
                 self.out.flush()  # (the reader sees the bytes through its own descriptor)
                 with self.cond:
@@ -225,14 +249,32 @@ class ScratchGunzip(threading.Thread):
                 self.done = True
                 self.cond.notify_all()
 
+    def _may_go_on(self) -> bool:
+        """Wait until the reader wants more (or stops us); punch out what it released."""
+        with self.cond:
+            while not self.stopped and self.written >= max(self.released + UNZIP_AHEAD,
+                                                           self.wanted):  # fmt: skip
+                self.cond.wait()
+            start, end = self.punched, self.released
+        if end > start and punch_hole(self.out.fileno(), start, end - start):
+            self.punched = end
+        return not self.stopped
+
     def wait_for(self, offset: int) -> int | None:
         """Bytes written once at least `offset` are; None when the whole stream is."""
         with self.cond:
+            self.wanted = max(self.wanted, offset)
+            self.cond.notify_all()
             while not self.done and self.written < offset:
                 self.cond.wait()
             if self.error is not None:
                 raise self.error
             return None if self.done else self.written
+
+    def release(self, offset: int) -> None:
+        with self.cond:
+            self.released = max(self.released, offset)
+            self.cond.notify_all()
 
     def finish(self, array: EventsArray) -> None:
         """The stream is unzipped: find the array's end and the rest of the document."""
@@ -246,8 +288,33 @@ class ScratchGunzip(threading.Thread):
         self.result.top = top
 
     def cancel(self) -> None:
-        self.stopped = True
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
         self.join()
+
+
+_FALLOC_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Free bytes [offset, offset + length) of an open file (they read back as zeros), where
+    the OS and file system can (Linux: ext4, xfs, btrfs, tmpfs); False where they cannot."""
+    fallocate = _fallocate()
+    if fallocate is None:
+        return False
+    return fallocate(fd, _FALLOC_PUNCH_HOLE, offset, length) == 0
+
+
+@functools.cache
+def _fallocate() -> Any:
+    try:
+        f = ctypes.CDLL(None, use_errno=True).fallocate
+    except (AttributeError, OSError):
+        return None
+    f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    f.restype = ctypes.c_int
+    return f
 
 
 class UnexpectedShape(Exception):

@@ -328,6 +328,7 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
                     con.execute(restore)  # (the mapping measured 1.5x slower with order kept)
                 done += _map_chunk_rows(con, sql, fates)
                 start = cuts[-1][1] if cuts[-1] is not None else None
+                array.release(start or array.end)  # (parsed: never cut again)
                 progress(start or array.end)
     finally:
         for done_with in files:
