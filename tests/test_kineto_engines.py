@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import time
 from pathlib import Path
 
 import duckdb
@@ -168,24 +167,28 @@ def _python_mapper_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kineto, "_ingest_python", only_when_asked)
 
 
-def _slow_unzip(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Make the gzip reader hand out 97 bytes at a time, slowly, so that chunks are cut while
-    the scratch file is still being written; returns the list of wait_for outcomes."""
-    real_read, real_wait = json_scan._read, json_scan.EventsArray.wait_for
-    outcomes: list[bool] = []
-
-    def trickle(f: object, path: Path, n: int) -> bytes:
-        time.sleep(0.0005)
-        return real_read(f, path, min(n, 97))  # type: ignore[arg-type]
+def _paced_unzip(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Make the unzip write only what the parse waits for, in blocks of 97 bytes, so chunks
+    are cut and parsed while the scratch file is still being written; returns, per chunk
+    parsed, whether the unzip had finished when it was cut."""
+    real_wait, real_parse = json_scan.EventsArray.wait_for, kineto._parse_parts
+    complete_when_cut: list[bool] = []
+    parsed: list[bool] = []
 
     def wait_for(self: json_scan.EventsArray, offset: int) -> bool:
-        outcomes.append(real_wait(self, offset))
-        return outcomes[-1]
+        complete_when_cut.append(real_wait(self, offset))
+        return complete_when_cut[-1]
 
-    monkeypatch.setattr(json_scan, "_read", trickle)
+    def parse_parts(*args: object) -> None:
+        real_parse(*args)  # type: ignore[arg-type]
+        parsed.append(complete_when_cut[-1])
+
+    monkeypatch.setattr(json_scan, "UNZIP_AHEAD", 0)
+    monkeypatch.setattr(json_scan, "BLOCK_BYTES", 97)
     monkeypatch.setattr(json_scan.EventsArray, "wait_for", wait_for)
+    monkeypatch.setattr(kineto, "_parse_parts", parse_parts)
     monkeypatch.setattr(kineto, "UNZIP_CUT_ROOM", 64)
-    return outcomes
+    return parsed
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
@@ -250,10 +253,10 @@ def test_engines_agree_in_small_chunks(chunk_bytes: int, gz: bool, tmp_path: Pat
     if gz:
         path = tmp_path / "chunks.json.gz"
         path.write_bytes(gzip.compress(text.encode()))
-        waits = _slow_unzip(monkeypatch)
+        parsed = _paced_unzip(monkeypatch)
         _assert_same(path, monkeypatch)
         if chunk_bytes < 64 * 1024:  # (one chunk of 64 KiB holds the whole file)
-            assert False in waits, "every chunk waited for the whole unzip"
+            assert parsed.count(False) > 3, "chunks were parsed only after the whole unzip"
         return
     path.write_text(text)
     _assert_same(path, monkeypatch)
@@ -296,3 +299,60 @@ def test_gzip_scratch_holds_a_window_not_the_document(
     bound = window + 1024 * 1024  # (ext4 here kept 1 MiB allocated whatever was punched)
     assert size > 6 * bound and len(allocated) > 20
     assert max(allocated) <= bound, (max(allocated), size)
+
+
+def test_a_truncated_gzip_fails_from_the_unzip_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unzip thread's error is the build's (not a fallback's), and the thread and its
+    scratch file are gone after it."""
+    import threading
+
+    from tests.synth_kineto import generate
+    from tracekit.errors import TraceFormatError
+
+    data = generate(tmp_path / "whole.json.gz", requests=1000).read_bytes()  # (> 1 MiB unzipped)
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 64 * 1024)
+    monkeypatch.setattr(json_scan, "UNZIP_AHEAD", 0)
+    monkeypatch.setattr(json_scan, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(kineto, "UNZIP_CUT_ROOM", 4096)
+    _python_mapper_not_used(monkeypatch)
+    con = duckdb.connect()
+    create_schema(con)
+    with pytest.raises(TraceFormatError, match="truncated gzip"):
+        kineto.ingest(con, path, 1, scratch=tmp_path / "scratch")
+    assert not [t for t in threading.enumerate() if t.name == "tracekit-gunzip"]
+    assert not list(tmp_path.glob("scratch*"))
+
+
+def test_an_interrupted_build_stops_the_unzip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in the middle of a .gz parse: the unzip thread is stopped and joined, and its
+    scratch file removed, before the interrupt goes on."""
+    import threading
+
+    from tests.synth_kineto import generate
+
+    path = generate(tmp_path / "t.json.gz", requests=1000)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 64 * 1024)
+    monkeypatch.setattr(json_scan, "UNZIP_AHEAD", 0)  # (the unzip waits on the parse)
+    monkeypatch.setattr(json_scan, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(kineto, "UNZIP_CUT_ROOM", 4096)
+    real_map, chunks = kineto._map_chunk_rows, []
+
+    def map_then_interrupt(*args: object) -> int:
+        chunks.append(1)
+        if len(chunks) == 3:
+            raise KeyboardInterrupt
+        return real_map(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kineto, "_map_chunk_rows", map_then_interrupt)
+    con = duckdb.connect()
+    create_schema(con)
+    with pytest.raises(KeyboardInterrupt):
+        kineto.ingest(con, path, 1, scratch=tmp_path / "scratch")
+    assert not [t for t in threading.enumerate() if t.name == "tracekit-gunzip"]
+    assert not list(tmp_path.glob("scratch*"))

@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,3 +133,32 @@ def test_quiet_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
                          env=env, cwd=REPO, check=True)  # fmt: skip
     assert f"\ringest {src.name}: ".encode() in run.stderr
     assert b"\n" not in run.stderr, "one line, rewritten in place"
+
+
+def test_a_shorter_line_covers_the_longer_one_before_it() -> None:
+    out = io.StringIO()
+    line = progress.ProgressLine("ingest t.json", out, delay_s=0, redraw_s=60)
+    line.step("reading CUPTI_ACTIVITY_KIND_KERNEL (12,345,678 rows)")
+    line._draw(line.line(time.monotonic()))
+    long_width = line.width
+    line.step("nesting")
+    line._draw(line.line(time.monotonic()))
+    line.close()
+    drawn = out.getvalue().split("\r")
+    assert len(drawn[2]) == long_width and drawn[2].startswith("ingest t.json: nesting  ")
+
+
+def test_the_line_is_blanked_when_the_build_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.StringIO()
+    monkeypatch.setenv("TRACEKIT_PROGRESS", "1")
+    monkeypatch.setattr(progress, "DRAW_DELAY_S", 0)
+    monkeypatch.setattr(progress, "REDRAW_S", 0.005)
+    with pytest.raises(KeyboardInterrupt), progress.build_progress("ingest t.json", out) as p:
+        p.step("deriving 1/8: nesting")
+        deadline = time.monotonic() + 5
+        while "nesting" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        raise KeyboardInterrupt
+    text = out.getvalue()
+    assert "nesting" in text and text.endswith("\r") and not text.split("\r")[-2].strip()
+    assert not [t for t in threading.enumerate() if t.name == "tracekit-progress"]

@@ -23,8 +23,8 @@ def derive_steps() -> list[tuple[str, str]]:
     """derive.sql as (what, SQL) steps, split at its `-- @step <what>` lines."""
     script = files("tracekit").joinpath("derive.sql").read_text()
     parts = re.split(r"^-- @step (.+)$", script, flags=re.M)
-    head = [line for line in parts[0].splitlines() if line.strip()]
-    assert all(line.startswith("--") for line in head), "derive.sql: SQL before its first step"
+    if any(line.strip() and not line.startswith("--") for line in parts[0].splitlines()):
+        raise RuntimeError("derive.sql: SQL before its first `-- @step` line")  # (a packaging bug)
     return [(what.strip(), sql) for what, sql in zip(parts[1::2], parts[2::2], strict=True)]
 
 

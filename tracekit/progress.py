@@ -88,7 +88,9 @@ class ProgressLine(Progress):
         with self.lock:
             name, total, done, step_began = self.name, self.total, self.done, self.step_began
         text = f"{self.label}: {name}"
-        if total:
+        if total and done > total:  # (a size that was only an estimate)
+            text += f" {done / 1e6:.0f} MB"
+        elif total:
             frac = min(max(done / total, 0.0), 1.0)
             fill = int(frac * 20)
             rate = done / max(now - step_began, 1e-6) / 1e6
@@ -104,7 +106,7 @@ class ProgressLine(Progress):
 
     def _draw(self, text: str) -> None:
         # One line only: a wrapped line could not be rewritten by '\r'.
-        text = text[: max(shutil.get_terminal_size((100, 20)).columns - 1, 20)]
+        text = text[: max(_columns(self.stream) - 1, 20)]
         with contextlib.suppress(OSError, ValueError):
             self.stream.write("\r" + text.ljust(self.width))
             self.stream.flush()
@@ -118,6 +120,14 @@ class ProgressLine(Progress):
             with contextlib.suppress(OSError, ValueError):
                 self.stream.write("\r" + " " * self.width + "\r")
                 self.stream.flush()
+
+
+def _columns(stream: IO[str]) -> int:
+    """The width of the terminal `stream` writes to (stdout may be piped while it is not)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return shutil.get_terminal_size((100, 20)).columns
 
 
 @contextlib.contextmanager

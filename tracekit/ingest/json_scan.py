@@ -188,6 +188,11 @@ class EventsArray:
         self.end = written
         return False
 
+    @property
+    def complete(self) -> bool:
+        """Whether `path` holds the whole document (and `end` is the array's real end)."""
+        return self.unzip is None
+
     def release(self, offset: int) -> None:
         """Bytes [0, offset) of `path` will not be read again (the unzip may drop them)."""
         if self.unzip is not None:
@@ -291,7 +296,8 @@ class ScratchGunzip(threading.Thread):
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
-        self.join()
+        if self.ident is not None:  # (started)
+            self.join()
 
 
 _FALLOC_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
@@ -351,13 +357,18 @@ def locate_events_array(
         if start < 0:
             return None
         if gz:
-            out = open(scratch, "wb")
-            out.write(head[start:])
-            out.flush()
+            with open(scratch, "wb") as first:
+                first.write(head[start:])
+            out = open(scratch, "ab")
             unzip = ScratchGunzip(f, raw, out, path, head, start, result)
-            unzip.start()  # (it closes the files)
-            raw = None
-            return EventsArray(scratch, 0, len(head) - start, unzip)
+            array = EventsArray(scratch, 0, len(head) - start, unzip)
+            raw = None  # (the unzip closes the files)
+            try:
+                unzip.start()
+                return array
+            except BaseException:  # (an interrupt right after the start, say)
+                array.close()
+                raise
         array = EventsArray(path, start, os.fstat(raw.fileno()).st_size)
         found = _array_end(raw, array, _events_depth(head, start))
     finally:

@@ -296,7 +296,7 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
     wrong, so the chunk is cut again by exact_cut and parsed once more (a second failure is
     the file's: the caller falls back to the Python mapper). While a gzip is still being
     unzipped, a chunk is cut only within the bytes already written, and never runs to the
-    array's end (not known yet); its retry waits for the whole document.
+    array's end (not known yet): when no cut is found there, it waits for more.
     """
     n_parts = min(max(_setting(con, "threads", 1), 1), _MAX_PARTS)
     part_bytes = max(CHUNK_BYTES // n_parts, 1)
@@ -312,8 +312,8 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
                 complete = array.wait_for(start + CHUNK_BYTES + UNZIP_CUT_ROOM)
                 cuts = _cuts(start, n_parts, lambda pos: likely_cut(src, pos + part_bytes,
                                                                     array.end))  # fmt: skip
-                if not complete and cuts[-1] is None:  # the end of what is written so far
-                    complete = array.wait_for(sys.maxsize)
+                while not complete and cuts[-1] is None:  # no boundary in what is written
+                    complete = array.wait_for(array.end + CHUNK_BYTES + UNZIP_CUT_ROOM)
                     cuts = _cuts(start, n_parts, lambda pos: likely_cut(src, pos + part_bytes,
                                                                         array.end))  # fmt: skip
                 try:
@@ -321,8 +321,11 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
                 except duckdb.InvalidInputException:
                     if cuts == [None]:
                         raise
-                    array.wait_for(sys.maxsize)  # (a wrong cut: the exact scan needs the end)
                     cuts = _cuts(start, n_parts, lambda pos: exact_cut(src, pos, pos + part_bytes))
+                    if not array.complete and cuts[-1] is None:  # (what is written ran out)
+                        array.wait_for(sys.maxsize)
+                        cuts = _cuts(start, n_parts,
+                                     lambda pos: exact_cut(src, pos, pos + part_bytes))  # fmt: skip
                     _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
                 finally:
                     con.execute(restore)  # (the mapping measured 1.5x slower with order kept)
