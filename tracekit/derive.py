@@ -63,7 +63,12 @@ def derive(
         "_req_ranges",
         "_stage_req",
         "_host_attr",
+        "_stage_tl",
+        "_req_tl",
         "_derived",
         "_stage_rules",
     ):
         con.execute(f"DROP TABLE IF EXISTS {table}")
+    for view in ("_stage_in", "_req_in"):
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+    con.execute("DROP MACRO TABLE IF EXISTS tk_innermost_timeline")

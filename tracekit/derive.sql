@@ -139,7 +139,9 @@ FROM _stage_ranges s LEFT JOIN _stage_req q USING (event_id);
 
 -- @step stage and request of each event
 -- 5. Host events take the innermost open stage/request on their thread; GPU rows take those
--- of the runtime call that launched them (the NVTX "GPU projection").
+-- of the runtime call that launched them (the NVTX "GPU projection"). First the latest-started
+-- range before the event: when it is still open, it is the innermost (and the answer for ranges
+-- that overlap without nesting, as NVTX start/end ranges can).
 CREATE OR REPLACE TEMP TABLE _host_attr AS
 WITH st AS (
     SELECT h.event_id, s.stage, s.end_ns AS s_end, h.start_ns
@@ -156,6 +158,75 @@ SELECT st.event_id,
        CASE WHEN st.start_ns <= st.s_end THEN st.stage END AS stage,
        CASE WHEN rq.start_ns <= rq.r_end THEN rq.request_id END AS request_id
 FROM st JOIN rq USING (event_id);
+
+-- When that range had ended, a range around it may still be open (stages nest: an op after
+-- `attention` ends, inside `inference`). The innermost range open at each instant of a thread,
+-- as a timeline of points (pid, tid, t, value), each holding until the thread's next point:
+-- a sweep, as in step 1, gives each range its depth and parent; a range's start makes it the
+-- innermost, and one ns after its end its parent is again (if still open; else the nearest of
+-- two more ancestors that is: ranges that overlap inside another one). Ties at an instant:
+-- ends before starts, outer ends last, inner starts last. Input: a table or view of (id, pid,
+-- tid, start_ns, end_ns, value), pid not NULL. Built only when some event needs it.
+CREATE OR REPLACE TEMP MACRO tk_innermost_timeline(ranges) AS TABLE
+WITH r AS (SELECT * FROM query_table(ranges)),
+points AS (
+    SELECT id, pid, tid, start_ns AS t, 1 AS grp, start_ns - end_ns AS k1, id AS k2, 1 AS delta
+    FROM r
+    UNION ALL
+    SELECT id, pid, tid, end_ns, CASE WHEN end_ns = start_ns THEN 2 ELSE 0 END, -start_ns, -id,
+           -1
+    FROM r
+), swept AS (
+    SELECT id, pid, tid, delta, row_number() OVER w AS seq,
+           sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS running
+    FROM points
+    WINDOW w AS (PARTITION BY pid, tid ORDER BY t, grp, k1, k2)
+), opened AS (
+    SELECT id, pid, tid, seq, (running - 1)::INTEGER AS depth FROM swept WHERE delta = 1
+), nested AS (
+    SELECT c.id, c.depth, p.id AS parent
+    FROM opened c ASOF LEFT JOIN opened p
+      ON c.pid = p.pid AND c.tid = p.tid AND p.depth = c.depth - 1 AND c.seq > p.seq
+), timeline AS (
+    SELECT r.pid, r.tid, r.start_ns AS t, 1 AS kind, n.depth AS ord, r.value
+    FROM r JOIN nested n USING (id)
+    UNION ALL
+    SELECT r.pid, r.tid, r.end_ns + 1, 0, -n.depth,
+           CASE WHEN p1.end_ns > r.end_ns THEN p1.value
+                WHEN p2.end_ns > r.end_ns THEN p2.value
+                WHEN p3.end_ns > r.end_ns THEN p3.value END
+    FROM r JOIN nested n USING (id)
+    LEFT JOIN r p1 ON p1.id = n.parent
+    LEFT JOIN nested n1 ON n1.id = n.parent LEFT JOIN r p2 ON p2.id = n1.parent
+    LEFT JOIN nested n2 ON n2.id = n1.parent LEFT JOIN r p3 ON p3.id = n2.parent
+)
+SELECT pid, tid, t, arg_max_null(value, (kind, ord)) AS value FROM timeline GROUP BY ALL;
+
+CREATE OR REPLACE TEMP VIEW _stage_in AS
+SELECT event_id AS id, coalesce(pid, -1) AS pid, tid, start_ns, end_ns, stage AS value
+FROM stages WHERE tid IS NOT NULL AND EXISTS (FROM _host_attr WHERE stage IS NULL);
+CREATE OR REPLACE TEMP VIEW _req_in AS
+SELECT request_id AS id, coalesce(pid, -1) AS pid, tid, start_ns, end_ns, request_id AS value
+FROM requests WHERE tid IS NOT NULL AND EXISTS (FROM _host_attr WHERE request_id IS NULL);
+CREATE OR REPLACE TEMP TABLE _stage_tl AS FROM tk_innermost_timeline('_stage_in');
+CREATE OR REPLACE TEMP TABLE _req_tl AS FROM tk_innermost_timeline('_req_in');
+
+UPDATE _host_attr SET stage = o.stage
+FROM (
+    SELECT h.event_id, s.value AS stage
+    FROM (FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr WHERE stage IS NULL)
+                       AND EXISTS (FROM _stage_tl)) h
+    ASOF JOIN _stage_tl s ON h.pid = s.pid AND h.tid = s.tid AND h.start_ns >= s.t
+) o
+WHERE _host_attr.event_id = o.event_id AND o.stage IS NOT NULL;
+UPDATE _host_attr SET request_id = o.request_id
+FROM (
+    SELECT h.event_id, r.value AS request_id
+    FROM (FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr WHERE request_id IS NULL)
+                       AND EXISTS (FROM _req_tl)) h
+    ASOF JOIN _req_tl r ON h.pid = r.pid AND h.tid = r.tid AND h.start_ns >= r.t
+) o
+WHERE _host_attr.event_id = o.event_id AND o.request_id IS NOT NULL;
 
 -- @step derived columns
 -- 6. One narrow row of derived columns per host event and per launched GPU row, then one join

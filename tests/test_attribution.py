@@ -1,0 +1,113 @@
+"""Stage and request attribution against a plain-Python pass over the JSON: every host event
+takes the innermost stage (and request) range open at its start on its thread - the one that
+started last among those containing it - and every kernel that of the runtime call that
+launched it. Stages nest (an op after `attention` ends, inside `inference`), share start
+times, and on one thread overlap two at a time without nesting (start/end ranges; deeper
+tangles of such ranges are a documented limit, docs/architecture.md)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tracekit
+
+
+def _x(cat: str, name: str, tid: int, ts: int, dur: int, **args: Any) -> dict[str, Any]:
+    ev: dict[str, Any] = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts,
+                          "dur": dur}  # fmt: skip
+    if args:
+        ev["args"] = args
+    return ev
+
+
+def _nested(rng: random.Random, tid: int, start: int, end: int, depth: int,
+            out: list[dict[str, Any]]) -> None:  # fmt: skip
+    """Properly nested tracekit stage ranges and ops inside [start, end)."""
+    t = start
+    while t < end - 4:
+        length = rng.randint(2, max(2, (end - t) // 2))
+        if depth < 3 and rng.random() < 0.5:
+            stage = rng.choice(["inference", "attention", "kv", "mlp"])
+            begin = t if rng.random() < 0.3 else t + rng.randint(0, 1)  # (shared starts)
+            out.append(_x("user_annotation", f"tracekit:{stage}", tid, begin, length))
+            _nested(rng, tid, begin, begin + length, depth + 1, out)
+        else:
+            out.append(_x("cpu_op", f"op{len(out)}", tid, t, rng.randint(0, length)))
+        t += length + rng.randint(0, 3)
+
+
+def _trace(seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    events: list[dict[str, Any]] = []
+    t = 0
+    for _ in range(12):  # thread 1: requests with nested stages
+        length = rng.randint(60, 200)
+        events.append(_x("user_annotation", "tracekit:request", 1, t, length))
+        _nested(rng, 1, t, t + length, 0, events)
+        t += length + rng.randint(0, 30)
+    t = 0
+    for k in range(20):  # thread 2: pairs of stage ranges that overlap without nesting
+        first = rng.randint(5, 60)
+        second = rng.randint(1, first - 1)  # (starts inside the first, ends after it)
+        events.append(_x("user_annotation", f"tracekit:s{k % 3}", 2, t, first))
+        events.append(_x("user_annotation", "tracekit:other", 2, t + second, first))
+        t += second + first + rng.randint(0, 20)
+    for _ in range(300):
+        events.append(_x("cpu_op", "loose", 2, rng.randint(0, t + 10), rng.randint(0, 3)))
+    for i, ev in enumerate(e for e in list(events) if e["cat"] == "cpu_op"):
+        if i % 4 == 0:  # a launch from some ops, and its kernel
+            events.append(_x("cuda_runtime", "cudaLaunchKernel", ev["tid"], ev["ts"], 0,
+                             correlation=i + 1))  # fmt: skip
+            events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                           "ts": ev["ts"] + 5, "dur": 1,
+                           "args": {"correlation": i + 1, "device": 0, "stream": 7}})  # fmt: skip
+    return events
+
+
+def _innermost(ranges: list[tuple[int, int, int, Any]], tid: int, ts: int) -> Any:
+    """Of the ranges (tid, start, end, value) containing ts on tid: the one started last
+    (for equal starts the shorter, then the later in the file)."""
+    best = None
+    for i, (rtid, start, end, value) in enumerate(ranges):
+        if rtid == tid and start <= ts <= end:
+            key = (start, -(end - start), i)
+            if best is None or key > best[0]:
+                best = (key, value)
+    return best[1] if best else None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stage_and_request_of_each_event_match_python_pass(seed: int, tmp_path: Path) -> None:
+    events = _trace(seed)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    stages = [(e["tid"], e["ts"], e["ts"] + e["dur"], e["name"][9:]) for e in events
+              if e["name"].startswith("tracekit:") and e["name"] != "tracekit:request"]  # fmt: skip
+    requests = [(e["tid"], e["ts"], e["ts"] + e["dur"], e["ts"]) for e in events
+                if e["name"] == "tracekit:request"]  # fmt: skip
+    launch = {e["args"]["correlation"]: e for e in events if e["cat"] == "cuda_runtime"}
+    expected = []
+    for e in events:
+        host = launch[e["args"]["correlation"]] if e["cat"] == "kernel" else e
+        request_start = _innermost(requests, host["tid"], host["ts"])
+        expected.append((e["cat"], e["name"], e["ts"] * 1000,
+                         _innermost(stages, host["tid"], host["ts"]), request_start))  # fmt: skip
+    with tracekit.open(path) as t:
+        got = t.sql(
+            """SELECT e.args->>'cat' AS cat, e.kind, e.name, e.start_ns, e.stage,
+                      r.start_ns // 1000 AS request_start
+               FROM events e LEFT JOIN requests r USING (trace_id, request_id)
+               ORDER BY e.event_id"""
+        ).rows()
+    assert len(got) == len(expected)
+    nested_after_inner = 0
+    for (cat, name, start, stage, request), row in zip(expected, got, strict=True):
+        assert (row[2], row[3]) == (name, start)
+        assert (row[4], row[5]) == (stage, request), (cat, name, start)
+        nested_after_inner += stage is not None and cat == "cpu_op"
+    assert nested_after_inner > 50
