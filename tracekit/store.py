@@ -185,6 +185,12 @@ def _memory_limit(source: Path, fmt: str) -> tuple[str, bool]:
     return f"{min(derived, _MEMORY_CEILING)}B", True
 
 
+# DuckDB's allocator returns freed memory to the system only after a query that allocated
+# more than this (default 128 MiB): at 16 MB a 1e6-event build peaked 30-50 MiB lower (1.3x
+# the JSON instead of up to 1.5x, .gz included), for 0.1-0.2 s.
+_ALLOCATOR_FLUSH = "16MB"
+
+
 def _remove_stale_temps(cache: Path) -> None:
     """Delete temp stores left by a build that was killed (kill -9, power loss).
 
@@ -281,6 +287,9 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: str,
         # (a literal: a bound parameter would wait for the pandas import on the thread)
         quoted = memory_limit.replace("'", "''")
         con.execute(f"SET memory_limit = '{quoted}'")
+        if fmt == "kineto":  # (the nsys ingest is measured and tuned on its own)
+            con.execute(f"SET allocator_flush_threshold = '{_ALLOCATOR_FLUSH}'")
+            con.execute(f"SET allocator_bulk_deallocation_flush_threshold = '{_ALLOCATOR_FLUSH}'")
         create_schema(con)
         with build_progress(f"ingest {source.name}") as progress:
             info = _run_ingestor(con, source, fmt, tmp, progress)
