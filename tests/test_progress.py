@@ -162,3 +162,16 @@ def test_the_line_is_blanked_when_the_build_fails(monkeypatch: pytest.MonkeyPatc
     text = out.getvalue()
     assert "nesting" in text and text.endswith("\r") and not text.split("\r")[-2].strip()
     assert not [t for t in threading.enumerate() if t.name == "tracekit-progress"]
+
+
+def test_width_falls_back_to_columns_when_the_stream_cannot_say(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "55")
+    out = io.StringIO()  # (no terminal behind it: as a pty that reports 0 columns)
+    assert progress._columns(out) == 55
+    line = progress.ProgressLine("ingest a-rather-long-trace-name.json", out, 0, 60)
+    line.step("deriving 6/8: stage and request of each event")
+    line._draw(line.line(time.monotonic()))
+    line.close()
+    assert max(len(d) for d in out.getvalue().split("\r")) == 54

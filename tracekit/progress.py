@@ -125,9 +125,11 @@ class ProgressLine(Progress):
 def _columns(stream: IO[str]) -> int:
     """The width of the terminal `stream` writes to (stdout may be piped while it is not)."""
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        columns = os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, OSError, ValueError):
-        return shutil.get_terminal_size((100, 20)).columns
+        columns = 0
+    # (0: a terminal that does not say, as under `script`: $COLUMNS, else 100)
+    return columns if columns > 0 else shutil.get_terminal_size((100, 20)).columns
 
 
 @contextlib.contextmanager
