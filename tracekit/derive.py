@@ -63,12 +63,15 @@ def derive(
         "_req_ranges",
         "_stage_req",
         "_host_attr",
-        "_stage_tl",
-        "_req_tl",
+        "_stage_enc",
+        "_req_enc",
+        "_stage_encl",
+        "_req_encl",
         "_derived",
         "_stage_rules",
     ):
         con.execute(f"DROP TABLE IF EXISTS {table}")
-    for view in ("_stage_in", "_req_in"):
+    for view in ("_stage_in", "_req_in", "_stage_needed", "_req_needed"):
         con.execute(f"DROP VIEW IF EXISTS {view}")
-    con.execute("DROP MACRO TABLE IF EXISTS tk_innermost_timeline")
+    for macro in ("tk_latest_start", "tk_ranked"):
+        con.execute(f"DROP MACRO TABLE IF EXISTS {macro}")

@@ -138,95 +138,100 @@ SELECT 1, q.request_id, s.stage, s.start_ns, s.end_ns, s.end_ns - s.start_ns, s.
 FROM _stage_ranges s LEFT JOIN _stage_req q USING (event_id);
 
 -- @step stage and request of each event
--- 5. Host events take the innermost open stage/request on their thread; GPU rows take those
--- of the runtime call that launched them (the NVTX "GPU projection"). First the latest-started
--- range before the event: when it is still open, it is the innermost (and the answer for ranges
--- that overlap without nesting, as NVTX start/end ranges can).
-CREATE OR REPLACE TEMP TABLE _host_attr AS
-WITH st AS (
-    SELECT h.event_id, s.stage, s.end_ns AS s_end, h.start_ns
-    FROM _host h ASOF LEFT JOIN (SELECT coalesce(pid, -1) AS pid, tid, start_ns, end_ns, stage
-                                  FROM stages) s
-      ON h.pid = s.pid AND h.tid = s.tid AND h.start_ns >= s.start_ns
-), rq AS (
-    SELECT h.event_id, r.request_id, r.end_ns AS r_end, h.start_ns
-    FROM _host h ASOF LEFT JOIN (SELECT coalesce(pid, -1) AS pid, tid, start_ns, end_ns,
-                                        request_id FROM requests) r
-      ON h.pid = r.pid AND h.tid = r.tid AND h.start_ns >= r.start_ns
-)
-SELECT st.event_id,
-       CASE WHEN st.start_ns <= st.s_end THEN st.stage END AS stage,
-       CASE WHEN rq.start_ns <= rq.r_end THEN rq.request_id END AS request_id
-FROM st JOIN rq USING (event_id);
-
--- When that range had ended, a range around it may still be open (stages nest: an op after
--- `attention` ends, inside `inference`). The innermost range open at each instant of a thread,
--- as a timeline of points (pid, tid, t, value), each holding until the thread's next point:
--- a sweep, as in step 1, gives each range its depth and parent; a range's start makes it the
--- innermost, and one ns after its end its parent is again (if still open; else the nearest of
--- two more ancestors that is: ranges that overlap inside another one). Ties at an instant:
--- ends before starts, outer ends last, inner starts last. Input: a table or view of (id, pid,
--- tid, start_ns, end_ns, value), pid not NULL. Built only when some event needs it.
-CREATE OR REPLACE TEMP MACRO tk_innermost_timeline(ranges) AS TABLE
-WITH r AS (SELECT * FROM query_table(ranges)),
-points AS (
-    SELECT id, pid, tid, start_ns AS t, 1 AS grp, start_ns - end_ns AS k1, id AS k2, 1 AS delta
-    FROM r
-    UNION ALL
-    SELECT id, pid, tid, end_ns, CASE WHEN end_ns = start_ns THEN 2 ELSE 0 END, -start_ns, -id,
-           -1
-    FROM r
-), swept AS (
-    SELECT id, pid, tid, delta, row_number() OVER w AS seq,
-           sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS running
-    FROM points
-    WINDOW w AS (PARTITION BY pid, tid ORDER BY t, grp, k1, k2)
-), opened AS (
-    SELECT id, pid, tid, seq, (running - 1)::INTEGER AS depth FROM swept WHERE delta = 1
-), nested AS (
-    SELECT c.id, c.depth, p.id AS parent
-    FROM opened c ASOF LEFT JOIN opened p
-      ON c.pid = p.pid AND c.tid = p.tid AND p.depth = c.depth - 1 AND c.seq > p.seq
-), timeline AS (
-    SELECT r.pid, r.tid, r.start_ns AS t, 1 AS kind, n.depth AS ord, r.value
-    FROM r JOIN nested n USING (id)
-    UNION ALL
-    SELECT r.pid, r.tid, r.end_ns + 1, 0, -n.depth,
-           CASE WHEN p1.end_ns > r.end_ns THEN p1.value
-                WHEN p2.end_ns > r.end_ns THEN p2.value
-                WHEN p3.end_ns > r.end_ns THEN p3.value END
-    FROM r JOIN nested n USING (id)
-    LEFT JOIN r p1 ON p1.id = n.parent
-    LEFT JOIN nested n1 ON n1.id = n.parent LEFT JOIN r p2 ON p2.id = n1.parent
-    LEFT JOIN nested n2 ON n2.id = n1.parent LEFT JOIN r p3 ON p3.id = n2.parent
-)
-SELECT pid, tid, t, arg_max_null(value, (kind, ord)) AS value FROM timeline GROUP BY ALL;
+-- 5. Host events take the innermost open stage/request on their thread - of the ranges that
+-- contain the event's start, the one started last (for equal starts, the shorter) - and GPU
+-- rows those of the runtime call that launched them (the NVTX "GPU projection"). First the
+-- range started last at or before the event's start: when it is still open, it is the answer.
+CREATE OR REPLACE TEMP MACRO tk_latest_start(ranges) AS TABLE
+SELECT pid, tid, start_ns, min(end_ns) AS end_ns, arg_min(value, (end_ns, -id)) AS value
+FROM query_table(ranges) GROUP BY ALL;
 
 CREATE OR REPLACE TEMP VIEW _stage_in AS
 SELECT event_id AS id, coalesce(pid, -1) AS pid, tid, start_ns, end_ns, stage AS value
-FROM stages WHERE tid IS NOT NULL AND EXISTS (FROM _host_attr WHERE stage IS NULL);
+FROM stages WHERE tid IS NOT NULL;
 CREATE OR REPLACE TEMP VIEW _req_in AS
 SELECT request_id AS id, coalesce(pid, -1) AS pid, tid, start_ns, end_ns, request_id AS value
-FROM requests WHERE tid IS NOT NULL AND EXISTS (FROM _host_attr WHERE request_id IS NULL);
-CREATE OR REPLACE TEMP TABLE _stage_tl AS FROM tk_innermost_timeline('_stage_in');
-CREATE OR REPLACE TEMP TABLE _req_tl AS FROM tk_innermost_timeline('_req_in');
+FROM requests WHERE tid IS NOT NULL;
 
-UPDATE _host_attr SET stage = o.stage
+CREATE OR REPLACE TEMP TABLE _host_attr AS
+WITH st AS (
+    SELECT h.event_id, h.start_ns, s.end_ns, s.value
+    FROM _host h ASOF LEFT JOIN tk_latest_start('_stage_in') s
+      ON h.pid = s.pid AND h.tid = s.tid AND h.start_ns >= s.start_ns
+), rq AS (
+    SELECT h.event_id, h.start_ns, r.end_ns, r.value
+    FROM _host h ASOF LEFT JOIN tk_latest_start('_req_in') r
+      ON h.pid = r.pid AND h.tid = r.tid AND h.start_ns >= r.start_ns
+)
+SELECT st.event_id,
+       CASE WHEN st.start_ns <= st.end_ns THEN st.value END AS stage,
+       CASE WHEN rq.start_ns <= rq.end_ns THEN rq.value END AS request_id
+FROM st JOIN rq USING (event_id);
+
+-- When that range had ended, one started before it may still be open (stages nest: an op
+-- after `attention` ends, inside `inference`). In (thread, start) order, with `idx` the
+-- position, the next candidate before range i is the last range before it that ends after
+-- it (`enclosing`: its enclosing range when ranges nest); a range that ended before the event
+-- rules out every range between its `enclosing` and itself, so following `enclosing` from
+-- the latest-started range reaches the innermost open one, whatever the overlaps. `enclosing`
+-- comes from one inequality join on (idx, thread-major end key); built only when some event
+-- needs it. tk_ranked's input: a table or view of (id, pid, tid, start_ns, end_ns, value).
+CREATE OR REPLACE TEMP MACRO tk_ranked(ranges) AS TABLE
+SELECT *, row_number() OVER (ORDER BY pid, tid, start_ns, end_ns DESC, id) AS idx,
+       -- thread-major: a range of an earlier thread always has the smaller key
+       dense_rank() OVER (ORDER BY pid, tid)::HUGEINT * 18446744073709551616
+           + end_ns + 9223372036854775808 AS end_key
+FROM query_table(ranges);
+
+CREATE OR REPLACE TEMP VIEW _stage_needed AS
+FROM _stage_in WHERE EXISTS (FROM _host_attr WHERE stage IS NULL);
+CREATE OR REPLACE TEMP VIEW _req_needed AS
+FROM _req_in WHERE EXISTS (FROM _host_attr WHERE request_id IS NULL);
+CREATE OR REPLACE TEMP TABLE _stage_enc AS FROM tk_ranked('_stage_needed');
+CREATE OR REPLACE TEMP TABLE _req_enc AS FROM tk_ranked('_req_needed');
+-- (from tables, not a CTE: over a CTE DuckDB planned a merge join, quadratic here)
+CREATE OR REPLACE TEMP TABLE _stage_encl AS
+SELECT i.idx, max(j.idx) AS enclosing
+FROM _stage_enc i JOIN _stage_enc j ON j.idx < i.idx AND j.end_key > i.end_key GROUP BY i.idx;
+CREATE OR REPLACE TEMP TABLE _req_encl AS
+SELECT i.idx, max(j.idx) AS enclosing
+FROM _req_enc i JOIN _req_enc j ON j.idx < i.idx AND j.end_key > i.end_key GROUP BY i.idx;
+
+UPDATE _host_attr SET stage = o.value
 FROM (
-    SELECT h.event_id, s.value AS stage
-    FROM (FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr WHERE stage IS NULL)
-                       AND EXISTS (FROM _stage_tl)) h
-    ASOF JOIN _stage_tl s ON h.pid = s.pid AND h.tid = s.tid AND h.start_ns >= s.t
+    WITH RECURSIVE walk(event_id, t, idx) AS (
+        SELECT h.event_id, h.start_ns, s.idx
+        FROM (FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr WHERE stage IS NULL)
+                           AND EXISTS (FROM _stage_enc)) h
+        ASOF JOIN (SELECT pid, tid, start_ns, max(idx) AS idx FROM _stage_enc GROUP BY ALL) s
+          ON h.pid = s.pid AND h.tid = s.tid AND h.start_ns >= s.start_ns
+        UNION ALL
+        SELECT w.event_id, w.t, x.enclosing
+        FROM walk w JOIN _stage_enc e ON e.idx = w.idx JOIN _stage_encl x ON x.idx = w.idx
+        WHERE e.end_ns < w.t
+    )
+    SELECT w.event_id, e.value FROM walk w JOIN _stage_enc e ON e.idx = w.idx
+    WHERE e.end_ns >= w.t
 ) o
-WHERE _host_attr.event_id = o.event_id AND o.stage IS NOT NULL;
-UPDATE _host_attr SET request_id = o.request_id
+WHERE _host_attr.event_id = o.event_id;
+UPDATE _host_attr SET request_id = o.value
 FROM (
-    SELECT h.event_id, r.value AS request_id
-    FROM (FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr WHERE request_id IS NULL)
-                       AND EXISTS (FROM _req_tl)) h
-    ASOF JOIN _req_tl r ON h.pid = r.pid AND h.tid = r.tid AND h.start_ns >= r.t
+    WITH RECURSIVE walk(event_id, t, idx) AS (
+        SELECT h.event_id, h.start_ns, r.idx
+        FROM (FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr
+                                            WHERE request_id IS NULL)
+                           AND EXISTS (FROM _req_enc)) h
+        ASOF JOIN (SELECT pid, tid, start_ns, max(idx) AS idx FROM _req_enc GROUP BY ALL) r
+          ON h.pid = r.pid AND h.tid = r.tid AND h.start_ns >= r.start_ns
+        UNION ALL
+        SELECT w.event_id, w.t, x.enclosing
+        FROM walk w JOIN _req_enc e ON e.idx = w.idx JOIN _req_encl x ON x.idx = w.idx
+        WHERE e.end_ns < w.t
+    )
+    SELECT w.event_id, e.value FROM walk w JOIN _req_enc e ON e.idx = w.idx
+    WHERE e.end_ns >= w.t
 ) o
-WHERE _host_attr.event_id = o.event_id AND o.request_id IS NOT NULL;
+WHERE _host_attr.event_id = o.event_id;
 
 -- @step derived columns
 -- 6. One narrow row of derived columns per host event and per launched GPU row, then one join
