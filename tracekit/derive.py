@@ -71,7 +71,14 @@ def derive(
         "_stage_rules",
     ):
         con.execute(f"DROP TABLE IF EXISTS {table}")
-    for view in ("_stage_in", "_req_in", "_stage_needed", "_req_needed"):
+    for view in (
+        "_stage_in",
+        "_req_in",
+        "_stage_needed",
+        "_req_needed",
+        "_stage_unplaced",
+        "_req_unplaced",
+    ):
         con.execute(f"DROP VIEW IF EXISTS {view}")
-    for macro in ("tk_latest_start", "tk_ranked"):
+    for macro in ("tk_latest_start", "tk_ranked", "tk_enclosing", "tk_innermost_open"):
         con.execute(f"DROP MACRO TABLE IF EXISTS {macro}")

@@ -189,48 +189,43 @@ CREATE OR REPLACE TEMP VIEW _req_needed AS
 FROM _req_in WHERE EXISTS (FROM _host_attr WHERE request_id IS NULL);
 CREATE OR REPLACE TEMP TABLE _stage_enc AS FROM tk_ranked('_stage_needed');
 CREATE OR REPLACE TEMP TABLE _req_enc AS FROM tk_ranked('_req_needed');
--- (from tables, not a CTE: over a CTE DuckDB planned a merge join, quadratic here)
-CREATE OR REPLACE TEMP TABLE _stage_encl AS
+-- (over tables, not a CTE: over a CTE DuckDB planned a merge join, quadratic here)
+CREATE OR REPLACE TEMP MACRO tk_enclosing(ranked) AS TABLE
 SELECT i.idx, max(j.idx) AS enclosing
-FROM _stage_enc i JOIN _stage_enc j ON j.idx < i.idx AND j.end_key > i.end_key GROUP BY i.idx;
-CREATE OR REPLACE TEMP TABLE _req_encl AS
-SELECT i.idx, max(j.idx) AS enclosing
-FROM _req_enc i JOIN _req_enc j ON j.idx < i.idx AND j.end_key > i.end_key GROUP BY i.idx;
+FROM query_table(ranked) i JOIN query_table(ranked) j
+  ON j.idx < i.idx AND j.end_key > i.end_key
+GROUP BY i.idx;
+CREATE OR REPLACE TEMP TABLE _stage_encl AS FROM tk_enclosing('_stage_enc');
+CREATE OR REPLACE TEMP TABLE _req_encl AS FROM tk_enclosing('_req_enc');
 
+-- (event_id, value) of the innermost open range for each of `events` (event_id, pid, tid,
+-- start_ns): from the latest-started range up its `enclosing` chain to the first still open.
+CREATE OR REPLACE TEMP MACRO tk_innermost_open(ranked, enclosing, events) AS TABLE
+WITH RECURSIVE walk(event_id, t, idx) AS (
+    SELECT h.event_id, h.start_ns, r.idx
+    FROM query_table(events) h
+    ASOF JOIN (SELECT pid, tid, start_ns, max(idx) AS idx FROM query_table(ranked) GROUP BY ALL) r
+      ON h.pid = r.pid AND h.tid = r.tid AND h.start_ns >= r.start_ns
+    UNION ALL
+    SELECT w.event_id, w.t, x.enclosing
+    FROM walk w JOIN query_table(ranked) e ON e.idx = w.idx
+    JOIN query_table(enclosing) x ON x.idx = w.idx
+    WHERE e.end_ns < w.t
+)
+SELECT w.event_id, e.value FROM walk w JOIN query_table(ranked) e ON e.idx = w.idx
+WHERE e.end_ns >= w.t;
+
+CREATE OR REPLACE TEMP VIEW _stage_unplaced AS
+FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr WHERE stage IS NULL)
+             AND EXISTS (FROM _stage_enc);
+CREATE OR REPLACE TEMP VIEW _req_unplaced AS
+FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr WHERE request_id IS NULL)
+             AND EXISTS (FROM _req_enc);
 UPDATE _host_attr SET stage = o.value
-FROM (
-    WITH RECURSIVE walk(event_id, t, idx) AS (
-        SELECT h.event_id, h.start_ns, s.idx
-        FROM (FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr WHERE stage IS NULL)
-                           AND EXISTS (FROM _stage_enc)) h
-        ASOF JOIN (SELECT pid, tid, start_ns, max(idx) AS idx FROM _stage_enc GROUP BY ALL) s
-          ON h.pid = s.pid AND h.tid = s.tid AND h.start_ns >= s.start_ns
-        UNION ALL
-        SELECT w.event_id, w.t, x.enclosing
-        FROM walk w JOIN _stage_enc e ON e.idx = w.idx JOIN _stage_encl x ON x.idx = w.idx
-        WHERE e.end_ns < w.t
-    )
-    SELECT w.event_id, e.value FROM walk w JOIN _stage_enc e ON e.idx = w.idx
-    WHERE e.end_ns >= w.t
-) o
+FROM tk_innermost_open('_stage_enc', '_stage_encl', '_stage_unplaced') o
 WHERE _host_attr.event_id = o.event_id;
 UPDATE _host_attr SET request_id = o.value
-FROM (
-    WITH RECURSIVE walk(event_id, t, idx) AS (
-        SELECT h.event_id, h.start_ns, r.idx
-        FROM (FROM _host WHERE event_id IN (SELECT event_id FROM _host_attr
-                                            WHERE request_id IS NULL)
-                           AND EXISTS (FROM _req_enc)) h
-        ASOF JOIN (SELECT pid, tid, start_ns, max(idx) AS idx FROM _req_enc GROUP BY ALL) r
-          ON h.pid = r.pid AND h.tid = r.tid AND h.start_ns >= r.start_ns
-        UNION ALL
-        SELECT w.event_id, w.t, x.enclosing
-        FROM walk w JOIN _req_enc e ON e.idx = w.idx JOIN _req_encl x ON x.idx = w.idx
-        WHERE e.end_ns < w.t
-    )
-    SELECT w.event_id, e.value FROM walk w JOIN _req_enc e ON e.idx = w.idx
-    WHERE e.end_ns >= w.t
-) o
+FROM tk_innermost_open('_req_enc', '_req_encl', '_req_unplaced') o
 WHERE _host_attr.event_id = o.event_id;
 
 -- @step derived columns
