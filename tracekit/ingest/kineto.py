@@ -308,24 +308,28 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
     start: int | None = array.start + 1  # the byte after the array's '['
     try:
         with open(array.path, "rb") as src:
+
+            def likely(pos: int) -> _Cut:
+                return likely_cut(src, pos + part_bytes, array.end)
+
+            def exact(pos: int) -> _Cut:
+                return exact_cut(src, pos, pos + part_bytes)
+
             while start is not None:
                 complete = array.wait_for(start + CHUNK_BYTES + UNZIP_CUT_ROOM)
-                cuts = _cuts(start, n_parts, lambda pos: likely_cut(src, pos + part_bytes,
-                                                                    array.end))  # fmt: skip
+                cuts = _cuts(start, n_parts, likely)
                 while not complete and cuts[-1] is None:  # no boundary in what is written
                     complete = array.wait_for(array.end + CHUNK_BYTES + UNZIP_CUT_ROOM)
-                    cuts = _cuts(start, n_parts, lambda pos: likely_cut(src, pos + part_bytes,
-                                                                        array.end))  # fmt: skip
+                    cuts = _cuts(start, n_parts, likely)
                 try:
                     _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
                 except duckdb.InvalidInputException:
                     if cuts == [None]:
                         raise
-                    cuts = _cuts(start, n_parts, lambda pos: exact_cut(src, pos, pos + part_bytes))
+                    cuts = _cuts(start, n_parts, exact)
                     if not array.complete and cuts[-1] is None:  # (what is written ran out)
                         array.wait_for(sys.maxsize)
-                        cuts = _cuts(start, n_parts,
-                                     lambda pos: exact_cut(src, pos, pos + part_bytes))  # fmt: skip
+                        cuts = _cuts(start, n_parts, exact)
                     _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
                 finally:
                     con.execute(restore)  # (the mapping measured 1.5x slower with order kept)
