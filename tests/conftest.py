@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Every test (and every tracekit process a test starts) caches its stores here, never in the
+# user's ~/.cache: the suite starts from an empty cache and leaves nothing behind.
+TEST_CACHE_DIR = Path(tempfile.mkdtemp(prefix="tracekit-test-cache-"))
+os.environ["TRACEKIT_CACHE_DIR"] = str(TEST_CACHE_DIR)
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_TRACES = REPO.parent / "shared" / "traces"
@@ -36,6 +43,10 @@ def copy_trace(tmp_path: Path):  # type: ignore[no-untyped-def]
         return dst
 
     return _copy
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(TEST_CACHE_DIR, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

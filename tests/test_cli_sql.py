@@ -28,12 +28,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _sample_kineto(tmp_path: Path) -> Path:
-    found = sorted(SAMPLE_TRACES.glob("**/*.pt.trace.json*")) + sorted(
-        SAMPLE_TRACES.glob("**/*torch*.json*")
-    )
-    if found:
-        dst = tmp_path / found[0].name
-        dst.write_bytes(found[0].read_bytes())
+    sample = SAMPLE_TRACES / "torch.pt.trace.json"  # named: users write into sample_traces/
+    if sample.is_file():
+        dst = tmp_path / sample.name
+        dst.write_bytes(sample.read_bytes())
         return dst
     shared = shared_traces("kineto_h100_bert_small*.json.gz")
     if not shared:

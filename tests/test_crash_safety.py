@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from tests.conftest import REPO
-from tracekit.store import CACHE_SUFFIX
+from tracekit.cache import store_path_for
 
 EVENTS = 200_000  # about 1-2 s of ingest on one core
 
@@ -31,7 +31,7 @@ def write_trace(path: Path, n: int = EVENTS) -> None:
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "TRACEKIT_CACHE_DIR": "/nonexistent/tk"}
+    return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def ingest(path: Path, *extra: str) -> subprocess.Popen[str]:
@@ -51,7 +51,7 @@ def fingerprint(path: Path) -> tuple[bytes, int]:
 
 
 def cache_of(path: Path) -> Path:
-    return path.with_name(path.name + CACHE_SUFFIX)
+    return store_path_for(path)
 
 
 def count_events(store: Path) -> int:
@@ -64,6 +64,8 @@ def count_events(store: Path) -> int:
 
 
 def temps(folder: Path) -> list[str]:
+    if not folder.is_dir():
+        return []
     return sorted(p.name for p in folder.iterdir() if ".tmp" in p.name)
 
 
@@ -83,7 +85,7 @@ def test_kill_9_mid_ingest(trace: Path, with_old_cache: bool):
         old = fingerprint(cache)
     proc = ingest(trace, "--refresh")
     deadline = time.monotonic() + 60
-    while not temps(trace.parent):  # the build's temp store: it is mid-ingest now
+    while not temps(cache_of(trace).parent):  # the build's temp store: it is mid-ingest now
         assert proc.poll() is None, "ingest finished before a temp file was seen"
         assert time.monotonic() < deadline
         time.sleep(0.005)
@@ -101,7 +103,7 @@ def test_kill_9_mid_ingest(trace: Path, with_old_cache: bool):
     assert code == 0, err
     assert ("cached, unchanged" in out) == with_old_cache, out
     assert count_events(cache) == EVENTS
-    assert temps(trace.parent) == []
+    assert temps(cache_of(trace).parent) == []
     assert fingerprint(trace) == before
 
 
@@ -118,6 +120,8 @@ def test_two_ingests_at_once(trace: Path, refresh: bool):
     if not refresh:  # one built it, the other waited on the lock and reused it
         assert sum("cached, unchanged" in o for o in outs) == 1, outs
     assert count_events(cache_of(trace)) == EVENTS
-    assert temps(trace.parent) == []
-    assert sorted(p.name for p in trace.parent.iterdir()) == [trace.name, cache_of(trace).name]
+    assert temps(cache_of(trace).parent) == []
+    assert sorted(p.name for p in trace.parent.iterdir()) == [
+        trace.name
+    ]  # nothing beside the input
     assert fingerprint(trace) == before

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 import tracekit
 from tests.conftest import SHARED_TRACES
+from tracekit.cache import store_path_for
 from tracekit.cli import main
 from tracekit.compare.diff import diff_runs
 from tracekit.compare.render import render
@@ -109,21 +110,32 @@ def test_hta_end_to_end_and_gpu_busy_match_sql(hta_pair: tuple[Path, Path]) -> N
 
 
 def make_trace(path: Path, size: int, requests: int = 8) -> Path:
-    """A torch.profiler CPU trace with tracekit request/stage ranges and matmuls of `size`."""
+    """A torch.profiler CPU trace with tracekit request/stage ranges and matmuls of `size`.
+
+    One thread and a warm-up: OpenMP threads descheduled on a loaded 2-core machine once made
+    48x48 matmuls take 44-79 ms, slower than 192x192 ones. Tests comparing two such traces use
+    sizes whose work differs by 1000x, far beyond that noise."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
 
     x = torch.randn(size, size)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        for _ in range(requests):
-            with record_function("tracekit:request"):
-                with record_function("tracekit:preprocess"):
-                    y = x * 2 + 1
-                with record_function("tracekit:inference"):
-                    for _ in range(3):
-                        y = y @ x
-                with record_function("tracekit:postprocess"):
-                    y.argmax()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(3):
+            x @ x
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(requests):
+                with record_function("tracekit:request"):
+                    with record_function("tracekit:preprocess"):
+                        y = x * 2 + 1
+                    with record_function("tracekit:inference"):
+                        for _ in range(3):
+                            y = y @ x
+                    with record_function("tracekit:postprocess"):
+                        y.argmax()
+    finally:
+        torch.set_num_threads(threads)
     prof.export_chrome_trace(str(path))
     return path
 
@@ -165,7 +177,7 @@ FROM per GROUP BY stage ORDER BY stage
 
 
 def stage_figures(path: Path) -> dict[str, tuple[float, ...]]:
-    con = duckdb.connect(str(path) + ".tracekit.duckdb", read_only=True)
+    con = duckdb.connect(str(store_path_for(path)), read_only=True)
     try:
         return {r[0]: r[1:] for r in con.execute(STAGE_SQL).fetchall()}
     finally:

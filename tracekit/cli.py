@@ -21,6 +21,7 @@ COMMANDS = (
     "check",
     "export",
     "scrub",
+    "cache",
 )
 
 

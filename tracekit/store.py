@@ -1,9 +1,9 @@
 """The DuckDB store: one cached store per trace, built atomically, reused while unchanged.
 
-A trace file `t.json.gz` is cached as `t.json.gz.tracekit.duckdb` beside it, or under the user
-cache directory when that folder is not writable. The cache is keyed on the source's size and
-mtime, the schema version and the stage rules; it is written to a temporary name and renamed,
-under a file lock, so a crash or a concurrent ingest never leaves a half-written store.
+A trace's store is cached in tracekit's cache directory (`tracekit.cache`), never beside the
+trace. It is keyed on the source's identity (path, inode, size, mtime, ctime), the schema
+version and the stage rules; it is written to a temporary name and renamed, under a file lock
+on the source, so a crash or a concurrent ingest never leaves a half-written store.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import duckdb
 
-from tracekit import __version__
+from tracekit import __version__, cache
 from tracekit.attributes import apply_attributes, sidecars_for
 from tracekit.derive import derive
 from tracekit.errors import StoreError, TraceFormatError, TracekitError
@@ -36,7 +36,7 @@ from tracekit.progress import Progress, build_progress
 from tracekit.stages import StageRule, rules_digest
 
 SCHEMA_VERSION = "1"
-CACHE_SUFFIX = ".tracekit.duckdb"
+CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
 TABLES = ("traces", "threads", "events", "stages", "requests", "attributes")
 DUCKDB_MAGIC_OFFSET = 8
 
@@ -64,25 +64,8 @@ def is_duckdb_file(path: Path) -> bool:
 
 
 def cache_path_for(source: Path) -> Path:
-    """Where the cache of `source` lives: beside it when writable, else the user cache dir."""
-    source = source.resolve()
-    beside = source.with_name(source.name + CACHE_SUFFIX)
-    if _writable(source.parent) and (not beside.exists() or _writable(beside)):
-        return beside
-    base = Path(
-        os.environ.get("TRACEKIT_CACHE_DIR")
-        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tracekit"
-    )
-    digest = hashlib.sha256(str(source).encode()).hexdigest()[:16]
-    return base / f"{digest}-{source.name}{CACHE_SUFFIX}"
-
-
-def _writable(path: Path) -> bool:
-    """Writable, and not marked read-only: root passes os.access even on a `dr-xr-xr-x` folder."""
-    try:
-        return os.access(path, os.W_OK) and bool(path.stat().st_mode & 0o222)
-    except OSError:
-        return False
+    """Where the cached store of `source` lives (in the cache directory, never beside it)."""
+    return cache.store_path_for(source)
 
 
 def _sidecar_files(source: Path) -> list[Path]:
@@ -105,13 +88,11 @@ def _sidecar_digest(files: list[Path]) -> str:
 
 
 def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
-    st = source.stat()
     return {
+        **cache.source_identity(source),
         "sidecars": _sidecar_digest(_sidecar_files(source)),
         "schema_version": SCHEMA_VERSION,
         "tracekit_version": __version__,
-        "source_size": str(st.st_size),
-        "source_mtime_ns": str(st.st_mtime_ns),
         "stage_rules": rules_digest(rules),
     }
 
@@ -368,20 +349,24 @@ def ensure_trace_store(
         raise TraceFormatError(f"{source}: is a directory, not a trace file")
     if not os.access(source, os.R_OK):
         raise TraceFormatError(f"{source}: permission denied")
-    cache = out or cache_path_for(source)
+    store = out or cache_path_for(source)
     key = _source_key(source, rules)
-    if not refresh and _cache_is_fresh(cache, key):
-        _sweep_if_idle(source, cache)
-        return IngestResult(source=source, store=cache, reused=True)
+    if not refresh and _cache_is_fresh(store, key):
+        _sweep_if_idle(source, store)
+        cache.touch(store)
+        return IngestResult(source=source, store=store, reused=True)
     detect_format(source)  # fail on a non-trace before touching anything
     with _lock(source):
         # Another process may have built it while we waited for the lock.
-        _remove_stale_temps(cache)
-        if not refresh and _cache_is_fresh(cache, key):
-            return IngestResult(source=source, store=cache, reused=True)
+        _remove_stale_temps(store)
+        if not refresh and _cache_is_fresh(store, key):
+            return IngestResult(source=source, store=store, reused=True)
         try:
-            return build_trace_store(source, cache, rules)
+            result = build_trace_store(source, store, rules)
         except TracekitError:
             raise
         except duckdb.Error as e:
             raise StoreError(f"{source}: could not build the store ({e})") from None
+    if out is None:
+        cache.prune_to_configured_max(keep=store)
+    return result

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import parse_stage_rules, refresh_option, stage_option
+from tracekit.commands.options import (
+    cache_dir_option,
+    parse_stage_rules,
+    refresh_option,
+    stage_option,
+)
 from tracekit.errors import CheckFailed, ConfigError
 
 
@@ -50,6 +55,7 @@ from tracekit.errors import CheckFailed, ConfigError
     help="Also write a JUnit XML file, one testcase per budget.",
 )
 @stage_option
+@cache_dir_option
 @refresh_option
 def command(trace: Path, baseline: Path | None, budgets: tuple[str, ...],
             budget_files: tuple[Path, ...], regressions: tuple[str, ...],

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import parse_stage_rules, refresh_option, stage_option
+from tracekit.commands.options import (
+    cache_dir_option,
+    parse_stage_rules,
+    refresh_option,
+    stage_option,
+)
 from tracekit.errors import TracekitError
 
 _SUFFIX_FORMAT = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
@@ -46,6 +51,7 @@ _SUFFIX_FORMAT = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @stage_option
+@cache_dir_option
 @refresh_option
 def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
             candidate_runs: tuple[Path, ...], output: Path | None, fmt: str | None,

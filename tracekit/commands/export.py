@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import parse_stage_rules, stage_option
+from tracekit.commands.options import cache_dir_option, parse_stage_rules, stage_option
 
 
 @click.command("export")
@@ -15,6 +15,7 @@ from tracekit.commands.options import parse_stage_rules, stage_option
               help="Folder to write: a subfolder per table, partitioned by trace_id.")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace an existing folder.")
 @stage_option
+@cache_dir_option
 def command(sources: tuple[Path, ...], parquet_dir: Path, force: bool,
             stage_rules: tuple[str, ...]) -> None:  # fmt: skip
     """Export traces or stores as Parquet (hive-partitioned by trace_id) for DuckDB, Spark

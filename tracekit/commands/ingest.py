@@ -6,7 +6,12 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import parse_stage_rules, refresh_option, stage_option
+from tracekit.commands.options import (
+    cache_dir_option,
+    parse_stage_rules,
+    refresh_option,
+    stage_option,
+)
 from tracekit.errors import TracekitError
 from tracekit.traceset import write_store
 
@@ -18,7 +23,8 @@ from tracekit.traceset import write_store
     "--output",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write one store holding every trace here (default: a cache beside each trace).",
+    help="Write one store holding every trace here (default: one cached store per trace, "
+    "in the cache directory).",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing --output store.")
 @click.option(
@@ -29,6 +35,7 @@ from tracekit.traceset import write_store
     help="Ingest this many traces at once, one process each (default: one per core).",
 )
 @stage_option
+@cache_dir_option
 @refresh_option
 def command(
     traces: tuple[Path, ...],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,6 +21,26 @@ def stage_option(f: Callable[..., Any]) -> Callable[..., Any]:
         metavar="NAME=REGEX",
         help="Treat ranges/ops whose name matches REGEX as stage NAME (repeatable; "
         "also read from [stages] in tracekit.toml).",
+    )(f)
+
+
+def _set_cache_dir(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        from tracekit.cache import set_cache_dir
+
+        set_cache_dir(value)
+
+
+def cache_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--cache-dir DIR`: where stores built from traces are kept (sets TRACEKIT_CACHE_DIR)."""
+    return click.option(
+        "--cache-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        expose_value=False,
+        is_eager=True,
+        callback=_set_cache_dir,
+        help="Keep stores built from traces here (default: $TRACEKIT_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/tracekit, else ~/.cache/tracekit).",
     )(f)
 
 

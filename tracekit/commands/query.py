@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import parse_stage_rules, refresh_option, stage_option
+from tracekit.commands.options import (
+    cache_dir_option,
+    parse_stage_rules,
+    refresh_option,
+    stage_option,
+)
 from tracekit.errors import QueryError
 from tracekit.output import FORMATS, write_result
 
@@ -26,6 +31,7 @@ from tracekit.output import FORMATS, write_result
 @click.option("--show", is_flag=True, help="Print the query's SQL instead of running it.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @stage_option
+@cache_dir_option
 @refresh_option
 def command(
     name: str | None,

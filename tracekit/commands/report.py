@@ -6,7 +6,12 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import format_option, parse_stage_rules, stage_option
+from tracekit.commands.options import (
+    cache_dir_option,
+    format_option,
+    parse_stage_rules,
+    stage_option,
+)
 
 
 @click.command("report")
@@ -28,6 +33,7 @@ from tracekit.commands.options import format_option, parse_stage_rules, stage_op
     help="Ops and kernels listed per stage.",
 )
 @stage_option
+@cache_dir_option
 def command(
     source: tuple[Path, ...],
     output: Path | None,

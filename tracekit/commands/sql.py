@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import parse_stage_rules, refresh_option, stage_option
+from tracekit.commands.options import (
+    cache_dir_option,
+    parse_stage_rules,
+    refresh_option,
+    stage_option,
+)
 from tracekit.output import FORMATS, write_result
 
 
@@ -25,6 +30,7 @@ from tracekit.output import FORMATS, write_result
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here, not stdout.")
 @click.option("--write", is_flag=True, help="Open a store read-write (default: read-only).")
 @stage_option
+@cache_dir_option
 @refresh_option
 def command(
     source: tuple[Path, ...],

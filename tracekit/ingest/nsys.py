@@ -293,10 +293,9 @@ def _finish(
 
 # -- .nsys-rep ---------------------------------------------------------------------------
 def _cache_dir() -> Path:
-    base = os.environ.get("TRACEKIT_CACHE_DIR") or (
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tracekit"
-    )
-    return Path(base) / "nsys-export"
+    from tracekit.cache import cache_dir
+
+    return cache_dir() / "nsys-export"
 
 
 def export_nsys_rep(path: Path, timeout_s: float | None = None) -> Path:
@@ -317,6 +316,7 @@ def export_nsys_rep(path: Path, timeout_s: float | None = None) -> Path:
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
     out = _cache_dir() / f"{key[:16]}-{path.stem}.sqlite"
     if out.is_file():
+        os.utime(out)  # recently used: least-recently-used eviction spares it
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.sqlite")

@@ -9,6 +9,8 @@ render.py turns it into HTML, Markdown or JSON; findings.py holds the rules.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,16 +21,31 @@ SUFFIXES = (".json.gz", ".pt.trace.json", ".json", ".sqlite", ".nsys-rep", ".duc
 
 
 def default_output(source: Path, fmt: str) -> Path:
-    """`trace.json.gz` -> `trace.report.html` beside it; a run dir -> `RUN_DIR/report.html`."""
+    """`trace.json.gz` -> `trace.report.html` beside it; a run dir -> `RUN_DIR/report.html`;
+    in the current folder instead when the input's folder is not writable."""
     ext = {"html": "html", "md": "md", "json": "json"}[fmt]
     if source.is_dir():
-        return source / f"report.{ext}"
-    name = source.name
-    for suffix in SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
-            break
-    return source.with_name(f"{name}.report.{ext}")
+        name, folder = "report", source
+    else:
+        name, folder = source.name, source.parent
+        for suffix in SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name = name[: -len(suffix)]
+                break
+        name += ".report"
+    if not writable_folder(folder):
+        folder = Path.cwd()
+        if source.is_dir():
+            name = f"{source.resolve().name}.report"
+    return folder / f"{name}.{ext}"
+
+
+def writable_folder(path: Path) -> bool:
+    """Writable, and not marked read-only: root passes os.access even on a `dr-xr-xr-x` folder."""
+    try:
+        return os.access(path, os.W_OK) and bool(path.stat().st_mode & 0o222)
+    except OSError:
+        return False
 
 
 def write_report(
@@ -50,7 +67,14 @@ def write_report(
     if output is None:
         if len(sources) > 1:
             raise TracekitError("report: several inputs given; name the output with -o")
-        output = default_output(Path(sources[0]), fmt)
+        source = Path(sources[0])
+        output = default_output(source, fmt)
+        if output.parent != (source if source.is_dir() else source.parent):
+            print(
+                f"tracekit: {source} is in a read-only folder; the report goes to the "
+                "current folder",
+                file=sys.stderr,
+            )
     if output.exists() and not force:
         raise TracekitError(
             f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
