@@ -5,7 +5,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 -m pip wheel -q --no-deps -w "$work/dist" .
 python3 -m venv --system-site-packages "$work/venv"
-"$work/venv/bin/pip" install -q --no-deps --force-reinstall "$work"/dist/tracekit-*.whl
+"$work/venv/bin/pip" install -q --no-deps --force-reinstall "$work"/dist/tracekit_profiler-*.whl
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import tracekit, pathlib

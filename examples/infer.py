@@ -13,9 +13,9 @@ Each request is a batch of support-ticket texts of varied length:
 `--padding max` pads every batch to the model's maximum length; `--padding bucket` pads to the
 next length bucket of the batch's longest text: a change that really alters inference time.
 
-The script times each stage itself and prints, at the end, per-stage mean ms and one line
-`TRACEKIT_SELF_TIMES {...}` with per-request per-stage ms, so a test can compare the trace's
-stage durations with the script's own clock.
+The script times each stage itself and prints, at the end, per-stage mean ms; with
+`--self-times FILE` it also appends one JSON line with per-request per-stage ms to FILE, so a
+test can compare the trace's stage durations with the script's own clock.
 
     python examples/infer.py --requests 24 --padding bucket
 """
@@ -30,6 +30,7 @@ import re
 import sys
 import time
 import unicodedata
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -231,6 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         help="unannotated requests run first (first-call costs stay out of stages)",
     )
     ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument(
+        "--self-times",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append this run's own per-request stage clock to FILE (JSON line)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--fail-after", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -299,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     record = {"inner_mean_ms": inner_means, "padding": args.padding, "device": device.type,
               "mean_ms": means,
               "requests": [{st: round(t[st], 4) for st in STAGES} for t in times]}  # fmt: skip
-    print("TRACEKIT_SELF_TIMES " + json.dumps(record, sort_keys=True))
+    if args.self_times is not None:
+        with open(args.self_times, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
     return 0
 
 

@@ -114,8 +114,11 @@ def test_changed_replaced_and_moved_inputs_are_rebuilt(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "sub"]
 
 
-def test_cache_command_lists_sizes_prunes_lru_and_clears(tmp_path: Path) -> None:
+def test_cache_command_lists_sizes_prunes_lru_and_clears(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cache_dir = tmp_path / "cache"
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(cache_dir))
     traces = []
     for name in ("old.json", "mid.json", "new.json"):
         traces.append(tmp_path / name)

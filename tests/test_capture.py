@@ -1,6 +1,6 @@
 """`tracekit capture` end to end: real nsys, real torch.profiler, the real example app.
 
-The oracle for stage times is the example's own clock (its TRACEKIT_SELF_TIMES line), for
+The oracle for stage times is the example's own clock (its --self-times file), for
 stage counts a plain-Python pass over the Chrome trace JSON.
 """
 
@@ -30,9 +30,9 @@ def run_capture(args: list[str], env: dict[str, str] | None = None, timeout: int
                           cwd=REPO)  # fmt: skip
 
 
-def self_times(stdout: str) -> dict:
-    line = next(x for x in stdout.splitlines() if x.startswith("TRACEKIT_SELF_TIMES "))
-    return json.loads(line.split(" ", 1)[1])
+def self_times(path: Path) -> dict:
+    """The example's own clock (`--self-times FILE`: one JSON line per run; the first)."""
+    return json.loads(path.read_text().splitlines()[0])
 
 
 def chrome_stage_counts(path: Path) -> dict[str, int]:
@@ -62,7 +62,9 @@ def demo_capture(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     if not HAVE_NSYS:
         pytest.skip("nsys not on PATH")
     run_dir = tmp_path_factory.mktemp("cap") / "demo"
-    res = run_capture(["-o", str(run_dir), "--", sys.executable, str(INFER), "--requests", "12"])
+    clock = run_dir.parent / "self_times.jsonl"
+    res = run_capture(["-o", str(run_dir), "--", sys.executable, str(INFER), "--requests", "12",
+                       "--self-times", str(clock)])  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     return run_dir, res
 
@@ -98,7 +100,7 @@ def test_stage_means_agree_with_the_scripts_own_clock(demo_capture):
     # (work + annotation). Under an active torch.profiler, torch's own record_function costs
     # 0.1-0.25 ms per stage (measured; docs/capture.md), and the range's timestamps sit
     # between the two clocks. So the trace's mean must lie in [inner, outer], within 5%.
-    times = self_times(res.stdout)
+    times = self_times(run_dir.parent / "self_times.jsonl")
     inner, outer = times["inner_mean_ms"], times["mean_ms"]
     means = stage_means(run_dir)
     for fmt in ("kineto", "nsys"):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
+from typing import Any
 
 import click
 
+from tracekit import __version__
 from tracekit.errors import TracekitError
 
 # One module per subcommand under tracekit/commands/, each exposing `command`.
@@ -45,6 +48,38 @@ class TracekitGroup(click.Group):
         command: click.Command = module.command
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, COMMANDS, n=1, cutoff=0.5)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise click.UsageError(f"no such command '{name}'.{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Usage errors too are one line on stderr (`Error: ...`, exit 2), not click's block."""
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as e:
+            if not standalone_mode:
+                raise
+            hint = ""
+            if isinstance(e, click.UsageError) and e.ctx is not None:
+                hint = f" (see `{e.ctx.command_path} --help`)"
+            message = " ".join(e.format_message().split())
+            click.echo(f"Error: {message}{hint}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            if not standalone_mode:
+                raise
+            click.echo("Error: interrupted", err=True)
+            sys.exit(130)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -60,7 +95,7 @@ class TracekitGroup(click.Group):
 
 @click.group(cls=TracekitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-@click.version_option(package_name="tracekit")
+@click.version_option(version=__version__, prog_name="tracekit")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
     """tracekit: where do the milliseconds of a request go?

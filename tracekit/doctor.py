@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tracekit.capture.nsys_runner import IMPORTER, find_importer, find_nsys
+from tracekit.capture.stage_clock import NVTX_TRAP, version_tuple
 
 Status = Literal["ok", "warn", "fail"]
-NVTX_TRAP = (0, 2, 13)  # nvtx >= this calls nvtxDomainIsEnabled, which nsys < 2023 lacks
 
 
 @dataclass(frozen=True)
@@ -27,16 +27,6 @@ def _version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _vtuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for p in text.split("."):
-        digits = "".join(c for c in p if c.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
 
 
 def _nsys_checks() -> tuple[list[Check], int | None]:
@@ -67,8 +57,10 @@ def _nsys_checks() -> tuple[list[Check], int | None]:
     try:
         res = subprocess.run([str(nsys.path), "stats", "--help-reports"], capture_output=True,
                              text=True, timeout=120, check=False)  # fmt: skip
-        ok = res.returncode == 0 and ("nvtxsum" in res.stdout or "nvtx_sum" in res.stdout)
-        detail = "reports available" if ok else f"exit {res.returncode}"
+        # nsys 2022.4 exits 1 after listing its reports: the listing is what counts.
+        listing = res.stdout + res.stderr
+        ok = "nvtxsum" in listing or "nvtx_sum" in listing
+        detail = "reports available" if ok else f"exit {res.returncode}, no reports listed"
     except (OSError, subprocess.TimeoutExpired) as e:
         ok, detail = False, str(e)
     checks.append(
@@ -120,13 +112,13 @@ def run_checks() -> list[Check]:
     nvtx = _version("nvtx")
     if nvtx is None:
         checks.append(Check("nvtx", "warn", "not installed: no NVTX stage ranges for nsys",
-                            "pip install nvtx"))  # fmt: skip
-    elif nsys_year is not None and nsys_year < 2023 and _vtuple(nvtx) >= NVTX_TRAP:
+                            "pip install 'nvtx>=0.2.10,<0.2.13'"))  # fmt: skip
+    elif nsys_year is not None and nsys_year < 2023 and version_tuple(nvtx) >= NVTX_TRAP:
         checks.append(Check(
             "nvtx", "fail",
             f"nvtx {nvtx} with nsys {nsys_year}.x: nsys silently drops EVERY NVTX range "
             "(nvtx >= 0.2.13 calls nvtxDomainIsEnabled, which nsys older than 2023 lacks)",
-            "pip install nvtx==0.2.11  (or install nsys 2023.1 or newer)",
+            "pip install 'nvtx>=0.2.10,<0.2.13'  (or install nsys 2023.1 or newer)",
         ))  # fmt: skip
     else:
         checks.append(Check("nvtx", "ok", nvtx))

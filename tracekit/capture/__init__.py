@@ -27,6 +27,12 @@ from tracekit.capture.plan import (
     make_plan,
 )
 from tracekit.capture.process import run_bounded
+from tracekit.capture.stage_clock import (
+    StageClock,
+    empty_nsys_cause,
+    nsys_tracekit_ranges,
+    read_stage_clock,
+)
 from tracekit.capture.stage_hooks import StageTarget, parse_target
 from tracekit.errors import CaptureFailed
 
@@ -45,6 +51,7 @@ class CaptureResult:
     files: list[dict] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     timed_out: bool = False
+    stage_clock: str = ""  # what the program entered, by its own clock (StageClock.summary)
 
 
 def default_run_dir() -> Path:
@@ -87,22 +94,30 @@ def capture(opts: CaptureOptions) -> CaptureResult:
     files: list[dict] = []
     run_records: list[dict] = []
     exit_code, timed_out = 0, False
+    empty_nsys = ""
+    clock = None
     for run in plan.runs:
         if exit_code != 0 or timed_out:
             _notice(f"skipped the {run.name} run: the previous run failed", notices)
             continue
         assert run.attributes_dir is not None
         run.attributes_dir.mkdir(parents=True, exist_ok=True)
-        res = run_bounded(run.argv, env=run.env, timeout=opts.timeout)
+        res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
+                          filter_noise=not opts.verbose)  # fmt: skip
         rc = res.returncode
         if opts.duration and rc in (128 + 15, 0) and res.duration_s >= opts.duration:
             rc = 0  # nsys --duration ends the target with SIGTERM
         written: list[Path] = []
+        clock = read_stage_clock(run.attributes_dir)
         if run.nsys_output is not None and plan.nsys is not None:
             nsys_files, nsys_notices = finish_report(plan.nsys, run.nsys_output, opts.timeout)
             written += nsys_files
             for n in nsys_notices:
                 _notice(n, notices)
+            empty = _empty_nsys_trace(nsys_files, clock, plan.nsys.year)
+            if empty:
+                notices.append(empty)  # said once, below, as the error or a notice
+                empty_nsys = empty
         if run.torch_trace is not None and run.torch_trace.exists():
             written.append(run.torch_trace)
         traces = [p for p in written if p.suffix in (".sqlite", ".json")]
@@ -140,7 +155,8 @@ def capture(opts: CaptureOptions) -> CaptureResult:
             "notices": notices,
         },
     )
-    result = CaptureResult(opts.run_dir, manifest, exit_code, files, notices, timed_out)
+    result = CaptureResult(opts.run_dir, manifest, exit_code, files, notices, timed_out,
+                           clock.summary() if clock else "")  # fmt: skip
     if timed_out:
         raise CaptureFailed(
             f"the profiled command did not finish within --timeout {opts.timeout:g} s and was "
@@ -148,4 +164,21 @@ def capture(opts: CaptureOptions) -> CaptureResult:
             "try --duration, or rerun",
             exit_code=124,
         )
+    if empty_nsys and exit_code == 0 and not opts.allow_empty:
+        raise CaptureFailed(
+            f"{empty_nsys} (the traces and {manifest} were kept; --allow-empty accepts them)"
+        )
+    if empty_nsys:
+        print(f"tracekit: {empty_nsys}", file=sys.stderr, flush=True)
     return result
+
+
+def _empty_nsys_trace(nsys_files: list[Path], clock: StageClock, nsys_year: int) -> str:
+    """A message when the program entered tracekit ranges but the nsys trace holds none."""
+    sqlite = next((p for p in nsys_files if p.suffix == ".sqlite"), None)
+    if sqlite is None or clock.ranges == 0 or nsys_tracekit_ranges(sqlite) > 0:
+        return ""
+    return (
+        f"the program entered {clock.ranges} tracekit ranges but {sqlite.name} holds none: "
+        + empty_nsys_cause(nsys_year or None)
+    )

@@ -66,6 +66,8 @@ class CaptureOptions:
     duration: float | None = None
     timeout: float | None = None
     force: bool = False
+    verbose: bool = False  # pass the profilers' own output through
+    allow_empty: bool = False  # an nsys trace without the program's stage ranges is kept, exit 0
 
 
 @dataclass(frozen=True)

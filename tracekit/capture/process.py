@@ -1,14 +1,36 @@
-"""Run a child process bounded by a wall-clock timeout; kill its whole process group on expiry."""
+"""Run a child process bounded by a wall-clock timeout; kill its whole process group on expiry.
+
+The profiled command's own output reaches the terminal; the profilers' chatter (libkineto's
+USDT/STAGE lines, nsys's progress bars and "Generated:" paths) is dropped unless verbose.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
+from typing import IO
 
 KILL_GRACE_S = 15.0
+
+# Whole lines the profilers print into the profiled command's terminal.
+TOOL_NOISE = re.compile(
+    rb"^\r*(?:(?:USDT|STAGE):\d{4}-\d\d-\d\d .*"  # libkineto profiler_start/stop, stage logs
+    rb"|\[W\d* .*(?:kineto|CUPTI|profiler).*"  # torch's profiler warnings
+    rb"|Collecting data\.\.\."
+    rb"|Generating '.*\.qdstrm'"
+    rb"|\[\d+/\d+\] \[.*"  # nsys progress bars (redrawn with \r on one line)
+    rb"|Generated:"
+    rb"|\s+\S+\.(?:nsys-rep|qdrep|sqlite)"  # the paths listed under "Generated:"
+    rb"|Processing events\.\.\.|Saving temporary .*|Creating final output files\.\.\."
+    rb"|Processing \[.*|Saved report file to .*|Exporting \d+ events.*"
+    rb")\s*$"
+)
 
 
 @dataclass(frozen=True)
@@ -26,35 +48,69 @@ def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
+def _forward(source: IO[bytes], sink: IO[bytes]) -> None:
+    """Copy lines from the child to our terminal, dropping the profilers' lines."""
+    for line in iter(source.readline, b""):
+        if not TOOL_NOISE.match(line):
+            sink.write(line)
+            sink.flush()
+    source.close()
+
+
+def _finish(
+    proc: subprocess.Popen[bytes], forwarders: list[threading.Thread], timeout: float | None
+) -> bytes | None:
+    if forwarders:  # they drain the pipes
+        proc.wait(timeout=timeout)
+        return None
+    return proc.communicate(timeout=timeout)[0]
+
+
 def run_bounded(
     argv: list[str],
     env: dict[str, str] | None = None,
     timeout: float | None = None,
     quiet: bool = False,
+    filter_noise: bool = False,
 ) -> ProcessResult:
     """Run argv in its own session. On timeout: SIGTERM the group (the torch runner then writes
-    its trace), SIGKILL after a grace period. A signal death returns 128 + signal number."""
+    its trace), SIGKILL after a grace period. A signal death returns 128 + signal number.
+
+    quiet: capture the output (its last lines go into `tail`); filter_noise: pass the output
+    through, without the profilers' own lines."""
     start = time.monotonic()
-    out = subprocess.PIPE if quiet else None
-    proc = subprocess.Popen(
-        argv, env=env, stdout=out, stderr=subprocess.STDOUT if quiet else None,
-        start_new_session=True,
-    )  # fmt: skip
+    if quiet:
+        out, err = subprocess.PIPE, subprocess.STDOUT
+    elif filter_noise:
+        out = err = subprocess.PIPE
+    else:
+        out = err = None
+    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, start_new_session=True)
+    forwarders = []
+    if filter_noise and not quiet:
+        assert proc.stdout is not None and proc.stderr is not None
+        for src, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
+            t = threading.Thread(target=_forward, args=(src, sink), daemon=True)
+            t.start()
+            forwarders.append(t)
     timed_out = False
+    data: bytes | None = None
     try:
-        data, _ = proc.communicate(timeout=timeout)
+        data = _finish(proc, forwarders, timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         _killpg(proc, signal.SIGTERM)
         try:
-            data, _ = proc.communicate(timeout=KILL_GRACE_S)
+            data = _finish(proc, forwarders, KILL_GRACE_S)
         except subprocess.TimeoutExpired:
             _killpg(proc, signal.SIGKILL)
-            data, _ = proc.communicate()
+            data = _finish(proc, forwarders, None)
     except BaseException:  # Ctrl-C: take the child group down with us
         _killpg(proc, signal.SIGTERM)
         proc.wait()
         raise
+    for t in forwarders:
+        t.join(timeout=5)
     rc = proc.returncode
     if rc < 0:
         rc = 128 - rc

@@ -49,6 +49,10 @@ def _schedule(text: str | None) -> tuple[int, int, int] | None:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Kill a run (profiler included) that takes longer than SECONDS.")  # fmt: skip
 @click.option("--force", is_flag=True, help="Write into a non-empty run folder.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show the profilers' own output (nsys progress, libkineto lines).")  # fmt: skip
+@click.option("--allow-empty", is_flag=True,
+              help="Exit 0 when nsys recorded none of the program's stage ranges.")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     run_dir: Path | None,
@@ -59,6 +63,8 @@ def command(
     duration: float | None,
     timeout: float | None,
     force: bool,
+    verbose: bool,
+    allow_empty: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run CMD under nsys and/or torch.profiler and write traces + capture.json.
@@ -80,9 +86,13 @@ def command(
         duration=duration,
         timeout=timeout,
         force=force,
+        verbose=verbose,
+        allow_empty=allow_empty,
     )
     result = capture(opts)
     traces = [f["path"] for f in result.files if f["role"] in ("nsys-sqlite", "torch-trace")]
+    if result.stage_clock:
+        click.echo(f"Recorded {result.stage_clock}")
     click.echo(f"Wrote {result.manifest} ({', '.join(traces) or 'no traces'})")
     click.echo(f"Next: tracekit report {result.run_dir}")
     if result.exit_code != 0:

@@ -34,7 +34,7 @@ def default_output(source: Path, fmt: str) -> Path:
                 break
         name += ".report"
     if not writable_folder(folder):
-        folder = Path.cwd()
+        folder = Path()
         if source.is_dir():
             name = f"{source.resolve().name}.report"
     return folder / f"{name}.{ext}"
