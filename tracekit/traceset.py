@@ -141,11 +141,41 @@ class TraceSet:
         return rel.pl()
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
-        """Run the named query `queries/<name>.sql` with bound parameters."""
+        """Run the named query `queries/<name>.sql` with bound parameters.
+
+        A query over one trace ($trace_id) runs over every trace of the set when no trace_id
+        is given, its rows concatenated, each with its trace_id; an unknown trace_id is an
+        error naming the traces there are."""
         from tracekit.sql import load_query
 
         q = load_query(name)
-        return self.sql(q.text, q.bind(params))
+        if "trace_id" not in {p.name for p in q.params}:
+            return self.sql(q.text, q.bind(params))
+        traces = dict(self.con.execute("SELECT trace_id, path FROM traces ORDER BY 1").fetchall())
+        if "trace_id" in params:
+            wanted = q.bind(params)["trace_id"]
+            if wanted not in traces:
+                listed = ", ".join(f"{i} ({Path(p).name})" for i, p in traces.items())
+                raise QueryError(
+                    f"query {name}: no trace with trace_id {wanted}; there are: {listed or 'none'}"
+                )
+            return self._with_trace_id(self.sql(q.text, q.bind(params)), wanted)
+        import polars as pl
+
+        frames = [
+            self._with_trace_id(self.sql(q.text, q.bind({**params, "trace_id": i})), i)
+            for i in traces
+        ]
+        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+    @staticmethod
+    def _with_trace_id(df: pl.DataFrame, trace_id: int) -> pl.DataFrame:
+        """The rows of one trace, led by a trace_id column (added when the query has none)."""
+        import polars as pl
+
+        if "trace_id" in df.columns or df.width == 0:
+            return df
+        return df.select(pl.lit(trace_id, dtype=pl.Int32).alias("trace_id"), pl.all())
 
     def close(self) -> None:
         self.con.close()

@@ -72,5 +72,5 @@ def command(
     with tracekit.open(
         list(source), stage_rules=parse_stage_rules(stage_rules), refresh=refresh
     ) as traces:
-        df = traces.sql(q.text, q.bind(values))
+        df = traces.query(name, **values)
     write_result(df, fmt, sys.stdout.buffer if fmt == "parquet" else sys.stdout)

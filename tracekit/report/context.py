@@ -33,6 +33,10 @@ from tracekit.report.findings import Finding, evaluate
 from tracekit.sql import load_query
 from tracekit.traceset import TraceSet
 
+NO_GPU_NOTE = (
+    "No GPU activity in this capture: no kernels, copies or memsets were recorded (a CPU-only "
+    "run, or CUDA was not traced), so there is no GPU busy or idle time to show."
+)
 HTML_REQUEST_ROWS = 50  # slowest requests listed in the HTML/md table (JSON has all)
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
 
@@ -243,11 +247,8 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
         for r in q["gpu_utilization"]
         if r["scope"] in ("trace", "stage")
     ]
-    gpu_charts = (
-        [charts.busy_bars(busy_rows, f"t{trace_id}-gpu-busy")]
-        if q["trace_overview"][0]["gpu_events"]
-        else []
-    )
+    has_gpu = bool(q["trace_overview"][0]["gpu_events"])
+    gpu_charts = [charts.busy_bars(busy_rows, f"t{trace_id}-gpu-busy")] if has_gpu else []
     hists = list(
         charts.histogram([v[s] for v in values if s in v], s, colors[s], f"t{trace_id}-hist-{i}")
         for i, s in enumerate(order)
@@ -296,9 +297,9 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             "GPU busy / idle",
             "gpu_utilization",
             p,
-            [r for r in q["gpu_utilization"] if r["scope"] != "request"],
+            [r for r in q["gpu_utilization"] if r["scope"] != "request"] if has_gpu else [],
             GPU_COLS,
-            "Per-request GPU busy time is in the requests table.",
+            "Per-request GPU busy time is in the requests table." if has_gpu else NO_GPU_NOTE,
             gpu_charts,
         ),
         make_table(
