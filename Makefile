@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP_CONSTRAINTS ?= .ci/constraints.txt
 RUN_DIR ?= runs/demo
 
-.PHONY: setup demo test samples bench lint
+.PHONY: setup demo test samples bench lint readme
 
 setup:
 	$(PYTHON) -m pip install -q -c $(PIP_CONSTRAINTS) -e '.[examples,dev]'
@@ -23,5 +23,9 @@ bench:
 	$(PYTHON) bench/bench_ingest.py
 
 lint:
-	ruff check tracekit tests bench examples
-	ruff format --check tracekit tests bench examples
+	ruff check tracekit tests bench examples tools
+	ruff format --check tracekit tests bench examples tools
+
+# Paste the real output of the README's commands into it (tests/test_readme.py checks them).
+readme:
+	$(PYTHON) tools/readme_tour.py --update

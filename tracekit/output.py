@@ -34,10 +34,14 @@ def format_table(df: pl.DataFrame, width: int | None = None, max_rows: int = 200
     rows = [[_cell(v) for v in row] for row in df.head(max_rows).iter_rows()]
     numeric = [dtype.is_numeric() for dtype in df.dtypes]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    # Shrink the widest columns until the table fits (never below 8 characters).
+    # Shrink the widest text columns until the table fits (never below 12 characters).
+    # Numbers and their headers are never cut: a cut number is a wrong number.
     sep = 2
-    while sum(widths) + sep * (len(widths) - 1) > width and max(widths, default=0) > 8:
-        i = widths.index(max(widths))
+    text_cols = [i for i in range(len(widths)) if not numeric[i]]
+    while sum(widths) + sep * (len(widths) - 1) > width and text_cols:
+        i = max(text_cols, key=lambda k: widths[k])
+        if widths[i] <= 12:
+            break
         widths[i] -= 1
 
     def fit(text: str, w: int, right: bool) -> str:

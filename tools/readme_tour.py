@@ -1,0 +1,96 @@
+"""Run the README's commands: `python tools/readme_tour.py --update` pastes their real output
+into README.md; tests/test_readme.py runs them in a fresh copy of the checkout and fails when
+an output's shape drifts from what the README shows.
+
+A runnable block is a ```console fence whose first line is `$ COMMAND`; the rest of the fence
+is the command's output (stdout and stderr, as a terminal shows them). An HTML comment on the
+line before the fence tunes it: `<!-- readme: head=N -->` keeps the first N lines,
+`<!-- readme: loose -->` compares only the first line's shape (timing-ordered rows),
+`<!-- readme: exit=1 -->` expects that exit code (default 0).
+Shape: every number becomes 0, runs of blanks one blank, runs of dashes two dashes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FENCE = re.compile(
+    r"(?:<!-- readme:(?P<opts>[^>]*)-->\n)?```console\n\$ (?P<cmd>[^\n]*)\n(?P<out>.*?)```", re.S
+)
+
+
+@dataclass(frozen=True)
+class Block:
+    command: str
+    output: str
+    head: int | None
+    loose: bool
+    exit_code: int
+    span: tuple[int, int]  # of the output inside the README text
+
+
+def blocks(text: str) -> list[Block]:
+    found = []
+    for m in FENCE.finditer(text):
+        opts = m.group("opts") or ""
+        head = re.search(r"head=(\d+)", opts)
+        code = re.search(r"exit=(\d+)", opts)
+        found.append(Block(m.group("cmd"), m.group("out"), int(head.group(1)) if head else None,
+                           "loose" in opts, int(code.group(1)) if code else 0,
+                           m.span("out")))  # fmt: skip
+    return found
+
+
+def run(block: Block, cwd: Path) -> tuple[int, str]:
+    """Run one command as a user would, in `cwd`; (exit code, output as the README shows it)."""
+    res = subprocess.run(block.command, shell=True, cwd=cwd, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=900)  # fmt: skip
+    lines = res.stdout.rstrip("\n").splitlines()
+    if block.head is not None:
+        lines = lines[: block.head]
+    return res.returncode, "".join(line.rstrip() + "\n" for line in lines)
+
+
+def shape(text: str, loose: bool = False) -> list[str]:
+    lines = text.strip("\n").splitlines()[:1] if loose else text.strip("\n").splitlines()
+    out = []
+    for line in lines:
+        line = re.sub(r"\d+(?:[.,]\d+)*", "0", line)
+        line = re.sub(r"-{2,}", "--", line)
+        out.append(re.sub(r"\s+", " ", line).strip())
+    return out
+
+
+def update(readme: Path) -> None:
+    """Run every block in the checkout and paste its output into the README."""
+    text = readme.read_text()
+    pieces, last = [], 0
+    for block in blocks(text):
+        code, out = run(block, REPO)
+        if code != block.exit_code:
+            sys.exit(f"README: `{block.command}` exited {code}, not {block.exit_code}:\n{out}")
+        start, end = block.span
+        pieces += [text[last:start], out]
+        last = end
+    readme.write_text("".join(pieces) + text[last:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--update", action="store_true", help="rewrite README.md's outputs")
+    args = ap.parse_args()
+    if args.update:
+        update(REPO / "README.md")
+    else:
+        for b in blocks((REPO / "README.md").read_text()):
+            print(f"$ {b.command}")
+
+
+if __name__ == "__main__":
+    main()
