@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -58,10 +59,17 @@ class TracekitGroup(click.Group):
             raise click.UsageError(f"no such command '{name}'.{hint}", ctx)
         return super().resolve_command(ctx, args)
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         """Usage errors too are one line on stderr (`Error: ...`, exit 2), not click's block."""
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
             if not standalone_mode:
                 raise

@@ -8,7 +8,7 @@ import json
 import math
 import shutil
 from decimal import Decimal
-from typing import IO, Any
+from typing import Any
 
 import polars as pl
 
@@ -69,17 +69,16 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def write_result(df: pl.DataFrame, fmt: str, out: IO[str] | IO[bytes]) -> None:
-    """Write `df` in `fmt`; parquet needs a binary stream."""
+def render_result(df: pl.DataFrame, fmt: str) -> bytes:
+    """`df` in `fmt` (table, csv, json: UTF-8 text; parquet), ready for a binary stream."""
     if fmt == "table":
-        out.write(format_table(df) + "\n")  # type: ignore[arg-type]
-    elif fmt == "csv":
-        out.write(df.write_csv())  # type: ignore[arg-type]
-    elif fmt == "json":
-        out.write(json.dumps(df.to_dicts(), default=_json_default, indent=None) + "\n")  # type: ignore[arg-type]
-    elif fmt == "parquet":
+        return (format_table(df) + "\n").encode()
+    if fmt == "csv":
+        return df.write_csv().encode()
+    if fmt == "json":
+        return (json.dumps(df.to_dicts(), default=_json_default) + "\n").encode()
+    if fmt == "parquet":
         buf = io.BytesIO()
         df.write_parquet(buf)
-        out.write(buf.getvalue())  # type: ignore[arg-type]
-    else:
-        raise ValueError(fmt)
+        return buf.getvalue()
+    raise ValueError(fmt)

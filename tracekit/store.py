@@ -211,7 +211,7 @@ def _import_pandas() -> None:
     """DuckDB imports pandas (and numpy) at the first bound parameter or Arrow batch: 0.6-0.8 s
     that, on this thread, overlaps the parse (which runs in C++ without the GIL)."""
     with contextlib.suppress(ImportError):
-        import pandas  # noqa: F401
+        import pandas  # type: ignore[import-untyped]  # noqa: F401
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:

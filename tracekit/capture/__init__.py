@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tracekit.capture.manifest import MANIFEST, file_entries, versions, write_manifest
 from tracekit.capture.nsys_runner import finish_report
@@ -48,7 +49,7 @@ class CaptureResult:
     run_dir: Path
     manifest: Path
     exit_code: int  # the command's (0 when stopped by --duration)
-    files: list[dict] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     timed_out: bool = False
     stage_clock: str = ""  # what the program entered, by its own clock (StageClock.summary)
@@ -91,8 +92,8 @@ def capture(opts: CaptureOptions) -> CaptureResult:
         _notice(n, notices)
     started = dt.datetime.now(dt.UTC)
     t0 = time.monotonic()
-    files: list[dict] = []
-    run_records: list[dict] = []
+    files: list[dict[str, Any]] = []
+    run_records: list[dict[str, Any]] = []
     exit_code, timed_out = 0, False
     empty_nsys = ""
     clock = None

@@ -14,7 +14,7 @@ from tracekit.commands.options import (
     stage_option,
 )
 from tracekit.errors import QueryError
-from tracekit.output import FORMATS, write_result
+from tracekit.output import FORMATS, render_result
 
 
 @click.command("query")
@@ -73,4 +73,4 @@ def command(
         list(source), stage_rules=parse_stage_rules(stage_rules), refresh=refresh
     ) as traces:
         df = traces.query(name, **values)
-    write_result(df, fmt, sys.stdout.buffer if fmt == "parquet" else sys.stdout)
+    sys.stdout.buffer.write(render_result(df, fmt))

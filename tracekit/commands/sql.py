@@ -13,7 +13,7 @@ from tracekit.commands.options import (
     refresh_option,
     stage_option,
 )
-from tracekit.output import FORMATS, write_result
+from tracekit.output import FORMATS, render_result
 
 
 @click.command("sql")
@@ -53,11 +53,10 @@ def command(
         read_only=not write,
     ) as traces:
         df = traces.sql(query)
+    data = render_result(df, fmt)
     if output is not None:
-        with atomic_output(output, binary=fmt == "parquet") as fh:
-            write_result(df, fmt, fh)
+        with atomic_output(output, binary=True) as fh:
+            fh.write(data)
         click.echo(f"Wrote {output}", err=True)
-    elif fmt == "parquet":
-        write_result(df, fmt, sys.stdout.buffer)
     else:
-        write_result(df, fmt, sys.stdout)
+        sys.stdout.buffer.write(data)
