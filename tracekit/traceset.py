@@ -159,23 +159,11 @@ class TraceSet:
                 raise QueryError(
                     f"query {name}: no trace with trace_id {wanted}; there are: {listed or 'none'}"
                 )
-            return self._with_trace_id(self.sql(q.text, q.bind(params)), wanted)
+            return self.sql(q.text, q.bind(params))
         import polars as pl
 
-        frames = [
-            self._with_trace_id(self.sql(q.text, q.bind({**params, "trace_id": i})), i)
-            for i in traces
-        ]
+        frames = [self.sql(q.text, q.bind({**params, "trace_id": i})) for i in traces]
         return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
-
-    @staticmethod
-    def _with_trace_id(df: pl.DataFrame, trace_id: int) -> pl.DataFrame:
-        """The rows of one trace, led by a trace_id column (added when the query has none)."""
-        import polars as pl
-
-        if "trace_id" in df.columns or df.width == 0:
-            return df
-        return df.select(pl.lit(trace_id, dtype=pl.Int32).alias("trace_id"), pl.all())
 
     def close(self) -> None:
         self.con.close()
