@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TraceFormatError, TracekitError
-from tracekit.ingest import detect_format
+from tracekit.ingest import formats
 
 _ENV_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _ENV_KEYS = re.compile(r"env|environ", re.I)
@@ -56,7 +56,7 @@ def scrub_trace(
     source: Path, out: Path, options: ScrubOptions = ScrubOptions(), force: bool = False
 ) -> ScrubResult:
     """Write a scrubbed copy of `source` to `out` atomically; `source` is only read."""
-    fmt = detect_format(source)
+    fmt = formats.detect(source)
     if out.exists() and out.resolve() == source.resolve():
         raise TracekitError(f"{out}: is the input; give another OUT path")
     if out.exists() and not force:
@@ -65,15 +65,12 @@ def scrub_trace(
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp_name)
-    result = ScrubResult(source, out, fmt)
+    result = ScrubResult(source, out, fmt.name)
     try:
-        if fmt == "nsys":
-            shutil.copyfile(source, tmp)
-            _scrub_sqlite(source, tmp, options, result.removed)
-        elif fmt == "kineto":
-            _scrub_json(source, tmp, options, result.removed)
-        else:
-            raise TraceFormatError(f"{source}: scrub reads nsys SQLite exports and JSON traces")
+        if fmt.scrub is None:
+            readable = ", ".join(f.description for f in formats.FORMATS if f.scrub)
+            raise TraceFormatError(f"{source}: scrub reads {readable}; this is {fmt.description}")
+        fmt.scrub(source, tmp, options, result.removed)
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
     finally:
@@ -92,7 +89,8 @@ def _is_env_block(value: str) -> bool:
     return "\x00" in value and bool(parts) and all(_ENV_ENTRY.match(p) for p in parts)
 
 
-def _scrub_sqlite(source: Path, tmp: Path, opt: ScrubOptions, removed: dict[str, int]) -> None:
+def scrub_sqlite(source: Path, tmp: Path, opt: ScrubOptions, removed: dict[str, int]) -> None:
+    shutil.copyfile(source, tmp)
     try:
         con = sqlite3.connect(tmp, isolation_level=None)
         try:
@@ -192,7 +190,7 @@ def _classify(key: str) -> str | None:
 # --- Kineto / Chrome JSON ------------------------------------------------------------------
 
 
-def _scrub_json(source: Path, tmp: Path, opt: ScrubOptions, removed: dict[str, int]) -> None:
+def scrub_json(source: Path, tmp: Path, opt: ScrubOptions, removed: dict[str, int]) -> None:
     raw = source.read_bytes()
     gz = raw[:2] == b"\x1f\x8b"
     try:

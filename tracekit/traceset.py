@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import tempfile
-import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from tracekit.errors import QueryError, StoreError, TraceFormatError
-from tracekit.ingest import detect_format
+from tracekit.ingest import formats
 from tracekit.stages import StageRule, load_config_rules
 from tracekit.store import (
     CACHE_SUFFIX,
@@ -29,22 +27,6 @@ from tracekit.store import (
 
 if TYPE_CHECKING:  # polars is imported when a result is returned: a store build never needs it
     import polars as pl
-
-TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".nsys-rep")
-
-
-_SNIFF_BYTES = 1 << 20
-
-
-def _looks_like_chrome_trace(path: Path) -> bool:
-    """A JSON file in a folder counts as a trace only if `traceEvents` shows up early, so a
-    report.json or diff.json written into a run folder is not taken for one."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as fh:
-            return b'"traceEvents"' in fh.read(_SNIFF_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return True  # let the ingestor name what is wrong with it
 
 
 def _capture_traces(directory: Path) -> list[Path] | None:
@@ -70,15 +52,15 @@ def find_traces(directory: Path) -> list[Path]:
     for p in sorted(directory.iterdir()):
         if not p.is_file() or p.name.endswith((CACHE_SUFFIX, ".lock", ".tmp")):
             continue
-        if p.name == "capture.json" or not p.name.endswith(TRACE_SUFFIXES):
+        if p.name == "capture.json" or not p.name.endswith(formats.suffixes()):
             continue
         if p.suffix == ".nsys-rep" and p.with_suffix(".sqlite").exists():
             continue
         try:
-            fmt = detect_format(p)
+            fmt = formats.detect(p)
         except TraceFormatError:
             continue
-        if fmt == "kineto" and not _looks_like_chrome_trace(p):
+        if not fmt.in_folder(p):
             continue
         found.append(p)
     if not found:
