@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import format_option, parse_stage_rules, stage_option
+from tracekit.commands.options import engine_option, format_option, parse_stage_rules, stage_option
 
 
 @click.command("report")
@@ -28,6 +28,7 @@ from tracekit.commands.options import format_option, parse_stage_rules, stage_op
     help="Ops and kernels listed per stage.",
 )
 @stage_option
+@engine_option
 def command(
     source: tuple[Path, ...],
     output: Path | None,
@@ -35,6 +36,7 @@ def command(
     force: bool,
     top_n: int,
     stage_rules: tuple[str, ...],
+    engine: str,
 ) -> None:
     """Write a report: end-to-end latency split by stage, findings, top ops and kernels, GPU
     busy/idle and copies, one section per trace (docs/report.md)."""
@@ -47,5 +49,6 @@ def command(
         force=force,
         stage_rules=parse_stage_rules(stage_rules),
         top_n=top_n,
+        engine=engine,
     )
     click.echo(f"Wrote {path}")

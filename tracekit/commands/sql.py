@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import parse_stage_rules, refresh_option, stage_option
+from tracekit.commands.options import (
+    engine_option,
+    parse_stage_rules,
+    refresh_option,
+    stage_option,
+)
 from tracekit.output import FORMATS, write_result
 
 
@@ -26,6 +31,7 @@ from tracekit.output import FORMATS, write_result
 @click.option("--write", is_flag=True, help="Open a store read-write (default: read-only).")
 @stage_option
 @refresh_option
+@engine_option
 def command(
     source: tuple[Path, ...],
     query: str,
@@ -34,13 +40,15 @@ def command(
     write: bool,
     stage_rules: tuple[str, ...],
     refresh: bool,
+    engine: str,
 ) -> None:
-    """Run SQL over traces, run folders or stores. Tables: traces, threads, events, stages,
-    requests, attributes (docs/schema.md)."""
-    import tracekit
+    """Run SQL (DuckDB's dialect) over traces, run folders, stores or Parquet export folders.
+    Tables: traces, threads, events, stages, requests, attributes (docs/schema.md)."""
     from tracekit.atomic import atomic_output
+    from tracekit.traceset import open_engine
 
-    with tracekit.open(
+    with open_engine(
+        engine,
         list(source),
         stage_rules=parse_stage_rules(stage_rules),
         refresh=refresh,
