@@ -92,7 +92,9 @@ def main() -> None:
     t0 = time.perf_counter()
     spark = local_session(args.master)
     print(f"Spark session ({args.master}) started in {time.perf_counter() - t0:.1f} s")
-    print(f"{'traces':>6} {'events':>10} {'query':<22} {'duckdb s':>9} {'spark s':>9} {'spark/duckdb':>13}")
+    head = ("traces", "events", "query", "duckdb s", "spark s", "spark/duckdb")
+    print("{:>6} {:>10} {:<22} {:>9} {:>9} {:>13}".format(*head))
+    row = "{:>6} {:>10.0f} {:<22} {:>9.2f} {:>9.2f} {:>12.1f}x"
     for n in counts:
         lake = make_lake(base, root / f"lake{n}", n, distinct)
         times: dict[tuple[str, str], list[float]] = {}
@@ -108,9 +110,9 @@ def main() -> None:
             s = statistics.median(times[(name, "spark")])
             total["duckdb"] += d
             total["spark"] += s
-            print(f"{n:>6} {n * per_trace:>10.0f} {name:<22} {d:>9.2f} {s:>9.2f} {s / d:>12.1f}x")
+            print(row.format(n, n * per_trace, name, d, s, s / d))
         d, s = total["duckdb"], total["spark"]
-        print(f"{n:>6} {n * per_trace:>10.0f} {'(all five)':<22} {d:>9.2f} {s:>9.2f} {s / d:>12.1f}x")
+        print(row.format(n, n * per_trace, "(all five)", d, s, s / d))
         shutil.rmtree(lake)
     spark.stop()
 

@@ -23,11 +23,10 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
+from tests.conftest import REPO, SHARED_TRACES
 from tracekit.cli import main
 from tracekit.export import export_parquet
 from tracekit.sql import all_queries
-
-from tests.conftest import REPO, SHARED_TRACES
 
 REAL = (
     "kineto_a100_ddp_nccl_gpu_user_annotation_hta.json.gz",
