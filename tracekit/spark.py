@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +49,12 @@ def local_session(master: str | None = None) -> SparkSession:
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get(MASTER_ENV) or "local[*]"
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to loopback" warning
+    log_conf = files("tracekit").joinpath("spark-log4j2.properties")
     session = (
         SparkSession.builder.master(master)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_conf}")
         .appName("tracekit")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
