@@ -20,8 +20,15 @@ from __future__ import annotations
 
 from functools import cache
 
-import sqlglot
-from sqlglot import exp
+from tracekit.errors import TracekitError
+
+try:
+    import sqlglot
+    from sqlglot import exp
+except ImportError:  # pragma: no cover - the spark extra is missing
+    raise TracekitError(
+        "--engine spark needs the spark extra: pip install 'tracekit[spark]' (sqlglot)"
+    ) from None
 
 APPROX_ACCURACY = 10000  # percentile_approx's accuracy: rank error at most n / 10000
 
