@@ -40,10 +40,23 @@ WITH gpu AS (
     SELECT scope, wid, -1 AS sign, w0 AS t FROM windows
     UNION ALL
     SELECT scope, wid, 1, w1 FROM windows
-), busy_at AS (  -- busy time up to a point t: ASOF the last island starting at or before t
-    SELECT p.scope, p.wid,
-           p.sign * coalesce(c.before + least(greatest(p.t - c.i0, 0), c.i1 - c.i0), 0) AS ns
-    FROM points p ASOF LEFT JOIN cum c ON p.t >= c.i0
+), merged AS (  -- islands and points in one sequence; an island sorts before a point at its start
+    SELECT i0 AS t, 0 AS is_point, i0, i1, before,
+           CAST(NULL AS VARCHAR) AS scope, CAST(NULL AS BIGINT) AS wid, 0 AS sign
+    FROM cum
+    UNION ALL
+    SELECT t, 1, NULL, NULL, NULL, scope, wid, sign FROM points
+), carried AS (  -- each point with the last island starting at or before it: islands are
+    -- disjoint and in order, so their i0, i1 and before all grow and running maxima carry them
+    -- (portable SQL for an ASOF join: Spark and Trino have none)
+    SELECT is_point, scope, wid, sign, t,
+           max(i0) OVER (ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS i0,
+           max(i1) OVER (ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS i1,
+           max(before) OVER (ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS before
+    FROM merged
+), busy_at AS (  -- busy time up to a point t
+    SELECT scope, wid, sign * coalesce(before + least(greatest(t - i0, 0), i1 - i0), 0) AS ns
+    FROM carried WHERE is_point = 1
 ), busy AS (
     SELECT scope, wid, sum(ns) AS ns FROM busy_at GROUP BY scope, wid
 ), per_window AS (

@@ -8,12 +8,13 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
-from tracekit.errors import QueryError, StoreError, TraceFormatError
+from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
+from tracekit.lake import duckdb_table_sql, is_export_dir
 from tracekit.stages import StageRule, load_config_rules
 from tracekit.store import (
     CACHE_SUFFIX,
@@ -69,7 +70,8 @@ def find_traces(directory: Path) -> list[Path]:
 
 
 def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
-    """Split inputs into (trace files, existing stores). Folders expand to their traces."""
+    """Split inputs into (trace files, existing stores). Folders expand to their traces; a
+    Parquet export folder (tracekit export --parquet) counts as a store."""
     traces: list[Path] = []
     stores: list[Path] = []
     for raw in paths:
@@ -80,7 +82,9 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
             raise TraceFormatError(f"{p}: permission denied (on a folder above it)") from None
         except OSError:
             raise TraceFormatError(f"{p}: no such file or directory") from None
-        if p.is_dir():
+        if is_export_dir(p):
+            stores.append(p)
+        elif p.is_dir():
             traces.extend(find_traces(p))
         elif p.name == "capture.json":
             # A capture manifest stands for its run folder.
@@ -90,6 +94,48 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
         else:
             traces.append(p)
     return traces, stores
+
+
+class QuerySource(Protocol):
+    """What the report and the CLI need of an engine: tracekit.TraceSet (DuckDB) or
+    tracekit.spark.SparkTraceSet. `sql` takes DuckDB SQL; both return polars DataFrames."""
+
+    def sql(self, query: str, params: dict[str, Any] | None = None) -> pl.DataFrame: ...
+
+    def query(self, name: str, **params: Any) -> pl.DataFrame: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> QuerySource: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+ENGINES = ("duckdb", "spark")
+
+
+def open_engine(
+    engine: str,
+    paths: Sequence[str | Path],
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+    read_only: bool = True,
+) -> QuerySource:
+    """`open_traces` for engine "duckdb"; for "spark", `tracekit.spark.open_spark` over
+    Parquet export folders (the pyspark extra; stage rules and refresh do not apply there:
+    an export already holds its stages)."""
+    if engine == "spark":
+        from tracekit.spark import open_spark
+
+        if stage_rules or refresh or not read_only:
+            raise TracekitError(
+                "--engine spark reads export folders as they are: --stage, --refresh and "
+                "--write apply to DuckDB stores only"
+            )
+        return open_spark(list(paths))
+    if engine != "duckdb":
+        raise TracekitError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    return open_traces(list(paths), stage_rules=stage_rules, refresh=refresh, read_only=read_only)
 
 
 class TraceSet:
@@ -123,29 +169,10 @@ class TraceSet:
         return rel.pl()
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
-        """Run the named query `queries/<name>.sql` with bound parameters.
+        """Run the named query `queries/<name>.sql` over every trace (or `trace_id=N`)."""
+        from tracekit.sql import run_named_query
 
-        A query over one trace ($trace_id) runs over every trace of the set when no trace_id
-        is given, its rows concatenated, each with its trace_id; an unknown trace_id is an
-        error naming the traces there are."""
-        from tracekit.sql import load_query
-
-        q = load_query(name)
-        if "trace_id" not in {p.name for p in q.params}:
-            return self.sql(q.text, q.bind(params))
-        traces = dict(self.con.execute("SELECT trace_id, path FROM traces ORDER BY 1").fetchall())
-        if "trace_id" in params:
-            wanted = q.bind(params)["trace_id"]
-            if wanted not in traces:
-                listed = ", ".join(f"{i} ({Path(p).name})" for i, p in traces.items())
-                raise QueryError(
-                    f"query {name}: no trace with trace_id {wanted}; there are: {listed or 'none'}"
-                )
-            return self.sql(q.text, q.bind(params))
-        import polars as pl
-
-        frames = [self.sql(q.text, q.bind({**params, "trace_id": i})) for i in traces]
-        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        return run_named_query(self.sql, name, params)
 
     def close(self) -> None:
         self.con.close()
@@ -199,7 +226,7 @@ def open_traces(
     traces, stores = resolve_inputs(paths)
     ingests = ingest_many(traces, stage_rules, refresh, workers)
     store_files = [r.store for r in ingests] + stores
-    if len(store_files) == 1:
+    if len(store_files) == 1 and not is_export_dir(store_files[0]):
         try:
             con = connect(str(store_files[0]), read_only=read_only)
         except duckdb.Error as e:
@@ -224,26 +251,43 @@ def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None
 def _attach_union(
     con: duckdb.DuckDBPyConnection, store_files: list[Path], view_prefix: str = ""
 ) -> None:
-    """Expose several stores as one: views renumber trace_id 1..N in input order."""
+    """Expose several stores (or export folders) as one: views renumber trace_id 1..N in input
+    order."""
     parts: dict[str, list[str]] = {t: [] for t in TABLES}
     next_id = 1
     for i, store in enumerate(store_files):
         alias = f"s{i}"
+        tables = _source_tables(con, store, alias)
         try:
-            con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
+            ids = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT trace_id FROM ({tables['traces']}) ORDER BY 1"
+                ).fetchall()
+            ]
         except duckdb.Error as e:
-            raise StoreError(f"{store}: cannot open store ({_first_line(e)})") from None
-        _check_store(con, store, alias)
-        ids = [
-            r[0] for r in con.execute(f"SELECT trace_id FROM {alias}.traces ORDER BY 1").fetchall()
-        ]
+            raise StoreError(f"{store}: cannot read its traces ({_first_line(e)})") from None
         mapping = " ".join(f"WHEN {old} THEN {next_id + k}" for k, old in enumerate(ids))
-        expr = f"(CASE trace_id {mapping} END)::INTEGER" if ids else "trace_id"
+        # One source keeps its ids (an export's partitions then prune on trace_id).
+        renumber = ids and len(store_files) > 1
+        expr = f"(CASE trace_id {mapping} END)::INTEGER" if renumber else "trace_id"
         next_id += len(ids)
         for t in TABLES:
-            parts[t].append(f"SELECT * REPLACE ({expr} AS trace_id) FROM {alias}.{t}")
+            parts[t].append(f"SELECT * REPLACE ({expr} AS trace_id) FROM ({tables[t]})")
     for t in TABLES:
         con.execute(f"CREATE TEMP VIEW {view_prefix}{t} AS " + " UNION ALL ".join(parts[t]))
+
+
+def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> dict[str, str]:
+    """A SELECT per table of a store file (attached as `alias`) or of a Parquet export."""
+    if is_export_dir(store):
+        return {t: duckdb_table_sql(store, t) for t in TABLES}
+    try:
+        con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
+    except duckdb.Error as e:
+        raise StoreError(f"{store}: cannot open store ({_first_line(e)})") from None
+    _check_store(con, store, alias)
+    return {t: f"SELECT * FROM {alias}.{t}" for t in TABLES}
 
 
 def _quote(path: Path) -> str:

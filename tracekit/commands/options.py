@@ -67,3 +67,15 @@ def format_option(choices: tuple[str, ...], default: str) -> Callable[..., Any]:
         show_default=True,
         help="Output format.",
     )
+
+
+def engine_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--engine duckdb|spark`: Spark reads Parquet export folders (docs/export.md)."""
+    return click.option(
+        "--engine",
+        type=click.Choice(("duckdb", "spark")),
+        default="duckdb",
+        show_default=True,
+        help="spark: run on Spark over Parquet export folders (`tracekit export --parquet`; "
+        "needs the spark extra and Java).",
+    )(f)

@@ -8,6 +8,7 @@ import click
 
 from tracekit.commands.options import (
     cache_dir_option,
+    engine_option,
     format_option,
     parse_stage_rules,
     stage_option,
@@ -34,6 +35,7 @@ from tracekit.commands.options import (
 )
 @stage_option
 @cache_dir_option
+@engine_option
 def command(
     source: tuple[Path, ...],
     output: Path | None,
@@ -41,6 +43,7 @@ def command(
     force: bool,
     top_n: int,
     stage_rules: tuple[str, ...],
+    engine: str,
 ) -> None:
     """Write a report: end-to-end latency split by stage, findings, top ops and kernels, GPU
     busy/idle and copies, one section per trace (docs/report.md)."""
@@ -53,5 +56,6 @@ def command(
         force=force,
         stage_rules=parse_stage_rules(stage_rules),
         top_n=top_n,
+        engine=engine,
     )
     click.echo(f"Wrote {path}")

@@ -9,6 +9,7 @@ import click
 
 from tracekit.commands.options import (
     cache_dir_option,
+    engine_option,
     parse_stage_rules,
     refresh_option,
     stage_option,
@@ -32,6 +33,7 @@ from tracekit.output import FORMATS, render_result
 @stage_option
 @cache_dir_option
 @refresh_option
+@engine_option
 def command(
     source: tuple[Path, ...],
     query: str,
@@ -40,13 +42,15 @@ def command(
     write: bool,
     stage_rules: tuple[str, ...],
     refresh: bool,
+    engine: str,
 ) -> None:
-    """Run SQL over traces, run folders or stores. Tables: traces, threads, events, stages,
-    requests, attributes (docs/schema.md)."""
-    import tracekit
+    """Run SQL (DuckDB's dialect) over traces, run folders, stores or Parquet export folders.
+    Tables: traces, threads, events, stages, requests, attributes (docs/schema.md)."""
     from tracekit.atomic import atomic_output
+    from tracekit.traceset import open_engine
 
-    with tracekit.open(
+    with open_engine(
+        engine,
         list(source),
         stage_rules=parse_stage_rules(stage_rules),
         refresh=refresh,

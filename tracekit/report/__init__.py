@@ -55,9 +55,10 @@ def write_report(
     force: bool = False,
     stage_rules: Sequence[StageRule] | None = None,
     top_n: int = 15,
+    engine: str = "duckdb",
 ) -> Path:
-    """Build the report over traces / run dirs / stores and write it atomically; its path."""
-    import tracekit
+    """Build the report over traces / run dirs / stores / export folders and write it
+    atomically; its path. engine "spark" reads export folders with Spark (tracekit.spark)."""
     from tracekit.atomic import write_text_atomic
     from tracekit.report.context import build_report_context
     from tracekit.report.render import render
@@ -79,7 +80,9 @@ def write_report(
         raise TracekitError(
             f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
         )
-    with tracekit.open(list(sources), stage_rules=stage_rules) as ts:
+    from tracekit.traceset import open_engine
+
+    with open_engine(engine, list(sources), stage_rules=stage_rules) as ts:
         ctx = build_report_context(ts, [Path(s) for s in sources], top_n=top_n)
         text = render(ctx, fmt)
     write_text_atomic(output, text)

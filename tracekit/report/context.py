@@ -31,7 +31,7 @@ from tracekit.report.figures import (
 )
 from tracekit.report.findings import Finding, evaluate
 from tracekit.sql import load_query
-from tracekit.traceset import TraceSet
+from tracekit.traceset import QuerySource
 
 NO_GPU_NOTE = (
     "No GPU activity in this capture: no kernels, copies or memsets were recorded (a CPU-only "
@@ -154,7 +154,7 @@ def make_table(
     )
 
 
-def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
+def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
     """Rows of every report query for one trace (top_ops_all: every op, for the findings)."""
     q = {
         name: ts.query(name, trace_id=trace_id).to_dicts()
@@ -228,7 +228,7 @@ def _request_values(reqs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, f
     return values, order + ["unattributed"]
 
 
-def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
+def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     q = run_queries(ts, trace_id, top_n)
     findings = evaluate({**q, "top_ops": q["top_ops_all"]})
     answer = _answer(q)
@@ -370,10 +370,10 @@ def load_capture(paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
 
 
 def build_report_context(
-    ts: TraceSet, inputs: Sequence[Path] = (), top_n: int = 15, title: str = "tracekit report"
+    ts: QuerySource, inputs: Sequence[Path] = (), top_n: int = 15, title: str = "tracekit report"
 ) -> ReportContext:
     """Run the report queries over every trace of `ts` and lay out the report."""
-    ids = [r[0] for r in ts.con.execute("SELECT trace_id FROM traces ORDER BY 1").fetchall()]
+    ids = ts.sql("SELECT trace_id FROM traces ORDER BY 1")["trace_id"].to_list()
     if not ids:
         raise TraceFormatError("the store holds no traces")
     traces = tuple(_trace_report(ts, i, top_n) for i in ids)
