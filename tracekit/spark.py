@@ -4,7 +4,7 @@
     with open_spark(["pq"]) as t:               # local[*] unless a session is given
         t.query("stage_summary", trace_id=1)     # polars DataFrame, same rows as DuckDB's
 
-Optional: needs `pip install 'tracekit[spark]'` (pyspark, sqlglot) and a Java 17 runtime.
+Optional: needs `pip install 'tracekit-profiler[spark]'` (pyspark, sqlglot) and a Java 17 runtime.
 Nothing on the default (DuckDB) path imports this module. Each table of the export folder(s)
 becomes a temp view of the same name; the catalogue's DuckDB SQL is transpiled by
 tracekit.spark_sql. Several folders are numbered 1..N in input order, as DuckDB does.
@@ -37,7 +37,7 @@ def spark_available() -> str | None:
         import pyspark  # noqa: F401
         import sqlglot  # noqa: F401
     except ImportError as e:
-        return f"{e.name} is not installed (pip install 'tracekit[spark]')"
+        return f"{e.name} is not installed (pip install 'tracekit-profiler[spark]')"
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         return "no Java runtime (install a JDK/JRE 17, e.g. Debian's openjdk-17-jre-headless)"
     return None

@@ -27,7 +27,7 @@ try:
     from sqlglot import exp
 except ImportError:  # pragma: no cover - the spark extra is missing
     raise TracekitError(
-        "--engine spark needs the spark extra: pip install 'tracekit[spark]' (sqlglot)"
+        "--engine spark needs the spark extra: pip install 'tracekit-profiler[spark]' (sqlglot)"
     ) from None
 
 APPROX_ACCURACY = 10000  # percentile_approx's accuracy: rank error at most n / 10000
