@@ -198,20 +198,9 @@ def spark() -> Iterator[Any]:
     why = spark_available()
     if why:
         pytest.skip(f"Spark cannot run here: {why}")
-    from pyspark.sql import SparkSession
+    from tracekit.spark import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tracekit-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.log.structuredLogging.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
+    session = local_session("local[2]")  # the CLI's own session settings, on 2 cores
     yield session
     session.stop()
 
