@@ -7,8 +7,9 @@
 -- interpolation). share = total / end-to-end time (sum of request durations; the trace span
 -- when there are no requests). 'unattributed' = request time no stage covers (request duration
 -- minus the union of its stages' intervals, clipped to the request). GPU time projected onto
--- a stage: busy = length of the union of the intervals of kernels/memcpys/memsets attributed to
--- the stage (streams overlap: never a plain sum); span = first GPU start to last GPU end.
+-- a stage: busy = per device the length of the union of the intervals of kernels/memcpys/memsets
+-- attributed to the stage (streams overlap: never a plain sum), summed over devices; span =
+-- first GPU start to last GPU end. (Zero-length GPU rows count in gpu_events only.)
 WITH st AS (
     SELECT * FROM stages WHERE trace_id = $trace_id
 ), rq AS (
@@ -24,33 +25,20 @@ WITH st AS (
     SELECT s.request_id, greatest(s.start_ns, r.start_ns) AS s0, least(s.end_ns, r.end_ns) AS s1
     FROM st s JOIN rq r USING (request_id)
     WHERE least(s.end_ns, r.end_ns) > greatest(s.start_ns, r.start_ns)
-), flagged AS (
-    SELECT request_id, s0, s1,
-           max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
-                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_s1
-    FROM clipped
-), covered AS (  -- union length = span minus the gaps where an interval starts after all before
-    SELECT request_id,
-           max(s1) - min(s0) - coalesce(sum(s0 - prev_s1) FILTER (WHERE s0 > prev_s1), 0) AS ns
-    FROM flagged GROUP BY request_id
+), stage_iv AS (
+    SELECT request_id AS key, s0 AS start_ns, s1 AS end_ns FROM clipped
+), covered AS (  -- union length of the request's stages (tk_union_ns)
+    SELECT key AS request_id, union_ns AS ns FROM tk_union_ns('stage_iv')
 ), unattributed AS (
     SELECT r.request_id AS unit, r.dur_ns - coalesce(c.ns, 0) AS ns
     FROM rq r LEFT JOIN covered c USING (request_id)
 ), gpu AS (
-    SELECT stage, start_ns, end_ns FROM events
+    SELECT {'stage': stage, 'device': coalesce(device, -1)} AS key, start_ns, end_ns FROM events
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset') AND stage IS NOT NULL
-), gpu_flag AS (
-    SELECT stage, start_ns, end_ns,
-           max(end_ns) OVER (PARTITION BY stage ORDER BY start_ns, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM gpu
-), gpu_stage AS (  -- the same union length, per stage
-    SELECT stage,
-           max(end_ns) - min(start_ns)
-               - coalesce(sum(start_ns - prev_end) FILTER (WHERE start_ns > prev_end), 0)
-               AS busy_ns,
-           min(start_ns) AS first_ns, max(end_ns) AS last_ns, count(*) AS n
-    FROM gpu_flag GROUP BY stage
+), gpu_stage AS (  -- per device the union length (tk_union_ns), summed over devices
+    SELECT key.stage AS stage, sum(union_ns) AS busy_ns, min(first_ns) AS first_ns,
+           max(last_ns) AS last_ns, sum(n) AS n
+    FROM tk_union_ns('gpu') GROUP BY 1
 ), rows_ AS (
     SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(first_start) AS first_start,
            count(*) AS count, sum(n) AS instances, sum(ns) AS total_ns, avg(ns) AS mean_ns,

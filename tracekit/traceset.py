@@ -121,6 +121,9 @@ class TraceSet:
     def __init__(
         self, con: duckdb.DuckDBPyConnection, sources: list[Path], ingests: list[IngestResult]
     ) -> None:
+        from tracekit.categories import install
+
+        install(con)  # tracekit/macros.sql and the GPU category rules, on every connection
         self.con = con
         self.sources = sources
         self.ingests = ingests
