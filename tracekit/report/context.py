@@ -18,6 +18,8 @@ import tracekit
 from tracekit.errors import TraceFormatError
 from tracekit.report import charts
 from tracekit.report.figures import (
+    CATEGORY_COLS,
+    DEVICE_COLS,
     GAP_COLS,
     GPU_COLS,
     KERNEL_COLS,
@@ -27,6 +29,7 @@ from tracekit.report.figures import (
     OVERVIEW_COLS,
     REQ_COLS,
     STAGE_COLS,
+    STREAM_COLS,
     figures,
 )
 from tracekit.report.findings import Finding, evaluate
@@ -168,6 +171,8 @@ def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[
     q["top_ops_all"] = ts.query("top_ops", trace_id=trace_id, limit=2**31 - 1).to_dicts()
     q["top_kernels"] = ts.query("top_kernels", trace_id=trace_id, limit=top_n).to_dicts()
     q["idle_gaps"] = ts.query("idle_gaps", trace_id=trace_id, limit=10).to_dicts()
+    for name in ("gpu_devices", "gpu_categories", "gpu_streams", "host_waits"):
+        q[name] = ts.query(name, trace_id=trace_id).to_dicts()
     return q
 
 
@@ -300,6 +305,30 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             GPU_COLS,
             "Per-request GPU busy time is in the requests table.",
             gpu_charts,
+        ),
+        make_table(
+            f"{t}-devices",
+            "GPU devices",
+            "gpu_devices",
+            p,
+            q["gpu_devices"],
+            DEVICE_COLS,
+            "Busy = union of the device's kernel, memcpy and memset intervals; utilization = "
+            "busy / trace span. Exposed communication: communication time with no other kernel "
+            "running on that device.",
+        ),
+        make_table(
+            f"{t}-categories",
+            "GPU activity by category",
+            "gpu_categories",
+            p,
+            q["gpu_categories"],
+            CATEGORY_COLS,
+            "Each kernel, copy and memset in exactly one category (rules: "
+            "tracekit/categories.toml); totals are plain sums of durations.",
+        ),
+        make_table(
+            f"{t}-streams", "GPU streams", "gpu_streams", p, q["gpu_streams"], STREAM_COLS
         ),
         make_table(
             f"{t}-gaps",
