@@ -1,5 +1,5 @@
 -- name: stage_summary
--- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events
+-- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, source (where the stage came from: annotated, rule, inferred:<how> depth N), count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events
 -- param: $trace_id INTEGER trace to summarize
 -- default: $trace_id 1
 -- Host time per stage, with statistics across requests of each request's stage total (a stage
@@ -16,7 +16,7 @@ WITH st AS (
     SELECT * FROM requests WHERE trace_id = $trace_id
 ), per_unit AS (
     SELECT stage, coalesce(request_id, -event_id) AS unit, sum(dur_ns) AS ns,
-           count(*) AS n, min(start_ns) AS first_start
+           count(*) AS n, min(start_ns) AS first_start, min(source) AS source
     FROM st GROUP BY stage, coalesce(request_id, -event_id)
 ), e2e AS (
     SELECT coalesce((SELECT sum(dur_ns) FROM rq),
@@ -40,22 +40,23 @@ WITH st AS (
            max(last_ns) AS last_ns, sum(n) AS n
     FROM tk_union_ns('gpu') GROUP BY 1
 ), rows_ AS (
-    SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(first_start) AS first_start,
+    SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(source) AS source,
+           min(first_start) AS first_start,
            count(*) AS count, sum(n) AS instances, sum(ns) AS total_ns, avg(ns) AS mean_ns,
            quantile_cont(ns, 0.5) AS p50, quantile_cont(ns, 0.9) AS p90,
            quantile_cont(ns, 0.99) AS p99, max(ns) AS max_ns
     FROM per_unit GROUP BY stage
     UNION ALL
-    SELECT 'unattributed', 1, 'unattributed', NULL, count(*), count(*), sum(ns), avg(ns),
+    SELECT 'unattributed', 1, 'unattributed', NULL, NULL, count(*), count(*), sum(ns), avg(ns),
            quantile_cont(ns, 0.5), quantile_cont(ns, 0.9), quantile_cont(ns, 0.99), max(ns)
     FROM unattributed HAVING count(*) > 0
     UNION ALL
-    SELECT 'end_to_end', 2, 'end_to_end', NULL, count(*), count(*), sum(dur_ns), avg(dur_ns),
+    SELECT 'end_to_end', 2, 'end_to_end', NULL, NULL, count(*), count(*), sum(dur_ns), avg(dur_ns),
            quantile_cont(dur_ns, 0.5), quantile_cont(dur_ns, 0.9), quantile_cont(dur_ns, 0.99),
            max(dur_ns)
     FROM rq HAVING count(*) > 0
 )
-SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.count::BIGINT AS count,
+SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.source, r.count::BIGINT AS count,
        r.instances::BIGINT AS instances,
        r.total_ns / 1e6 AS total_ms, r.mean_ns / 1e6 AS mean_ms, r.p50 / 1e6 AS p50_ms,
        r.p90 / 1e6 AS p90_ms, r.p99 / 1e6 AS p99_ms, r.max_ns / 1e6 AS max_ms,

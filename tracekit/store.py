@@ -35,7 +35,7 @@ from tracekit.ingest.json_scan import document_size
 from tracekit.progress import Progress, build_progress
 from tracekit.stages import StageRule, rules_digest
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 CACHE_SUFFIX = ".tracekit.duckdb"
 TABLES = ("traces", "threads", "events", "stages", "requests", "attributes")
 DUCKDB_MAGIC_OFFSET = 8

@@ -19,6 +19,7 @@ from tracekit.ingest import detect_format
 from tracekit.stages import StageRule, load_config_rules
 from tracekit.store import (
     CACHE_SUFFIX,
+    SCHEMA_VERSION,
     TABLES,
     IngestResult,
     connect,
@@ -277,7 +278,9 @@ def write_store(
         _attach_union(con, store_files, view_prefix="_all_")
         for t in TABLES:
             con.execute(f"INSERT INTO {t} SELECT * FROM _all_{t}")
-        con.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('kind', 'combined')")
+        con.execute(
+            f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'), ('kind', 'combined')"
+        )
         con.close()
         os.replace(tmp, out)
     except BaseException:

@@ -82,6 +82,12 @@ class Answer:
         metadata={"help": "(stage, total ms, share of end-to-end), unattributed last"}
     )
     sentence: str = field(metadata={"help": "the answer in one sentence"})
+    stage_source: str = field(
+        default="", metadata={"help": "where the stages came from, in words ('' if none)"}
+    )
+    gpu_sentence: str = field(
+        default="", metadata={"help": "GPU busy per device and the top category/kernel"}
+    )
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,63 @@ def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[
     return q
 
 
+_HOW = {
+    "modules": "the nn.Module tree",
+    "ranges": "the top-level NVTX / user-annotation ranges",
+    "ops": "the top-level operators",
+}
+_REQ_WORDS = {
+    "ProfilerStep": "each ProfilerStep",
+    "repeated-range": "each repeated top-level range",
+    "window": "the whole trace window",
+    "tracekit:request": "each request",
+    "stage-sequence": "each request",
+}
+
+
+def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
+    """'Stages inferred from the nn.Module tree (depth 5) under each ProfilerStep ...'."""
+    sources = sorted({str(r["source"]) for r in q["stage_summary"] if r.get("source")})
+    if not sources:
+        return ""
+    inferred = [s for s in sources if s.startswith("inferred:")]
+    if not inferred:
+        return "Stages from " + " and ".join(
+            {"annotated": "tracekit annotations", "rule": "--stage rules"}.get(s, s)
+            for s in sources
+        ) + "."
+    how, _, depth = inferred[0].removeprefix("inferred:").partition(" depth ")
+    req = _REQ_WORDS.get(q["trace_overview"][0].get("request_source") or "", "each request")
+    return (
+        f"The trace has no tracekit stages: stages inferred from {_HOW.get(how, how)} "
+        f"(depth {depth}) under {req}; pick another depth with --stage-depth N, or name "
+        "stages with --stage NAME=REGEX."
+    )
+
+
+def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
+    """GPU busy per device, and what the busiest device spends its time on."""
+    devs = q["gpu_devices"]
+    if not devs:
+        return "No GPU activity in this trace."
+    parts = ", ".join(
+        f"{d['device_name']} busy {d['utilization'] or 0:.0%} ({d['busy_ms']:.3f} of "
+        f"{d['window_ms']:.3f} ms)"
+        for d in devs
+    )
+    top = max(devs, key=lambda d: d["busy_ms"])
+    cats = [c for c in q["gpu_categories"] if c["device"] == top["device"]]
+    text = f"GPU: {parts}."
+    if cats:
+        c = cats[0]
+        where = f" on {top['device_name']}" if len(devs) > 1 else ""
+        text += (
+            f" Top activity{where}: {c['category']} {c['share_of_device']:.0%} of GPU time "
+            f"(top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
+        )
+    return text
+
+
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     rows = q["stage_summary"]
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
@@ -190,7 +253,11 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         span = max(r["start_ms"] + r["e2e_ms"] for r in reqs) - min(r["start_ms"] for r in reqs)
         rps = len(reqs) / (span / 1e3) if span > 0 else None
     overview = q["trace_overview"][0]
-    if e2e:
+    if e2e and e2e["count"] == 1:
+        parts = ", ".join(f"{name} {ms:.3f} ms ({share:.0%})" for name, ms, share in split)
+        what = "The trace window" if overview.get("request_source") == "window" else "One request"
+        sentence = f"{what} ({e2e['p50_ms']:.3f} ms): {parts}."
+    elif e2e:
         parts = ", ".join(
             f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
         )
@@ -205,15 +272,18 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             "No requests or stages found: annotate with tracekit.request()/stage() or "
             "pass --stage NAME=REGEX."
         )
+    many = bool(e2e) and e2e is not None and e2e["count"] > 1  # one request: no percentiles
     return Answer(
         len(reqs),
         overview.get("request_source") or "",
-        e2e["p50_ms"] if e2e else None,
-        e2e["p99_ms"] if e2e else None,
+        e2e["p50_ms"] if many and e2e else None,
+        e2e["p99_ms"] if many and e2e else None,
         e2e["mean_ms"] if e2e else None,
         rps,
         split,
         sentence,
+        _stage_source(q),
+        _gpu_sentence(q),
     )
 
 

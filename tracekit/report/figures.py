@@ -47,6 +47,7 @@ def figures(
             {
                 "stage": r["stage"],
                 "kind": r["row_kind"],
+                "source": r["source"],
                 "instances": r["instances"],
                 "total_ms": rounded(r["total_ms"]),
                 "share": rounded(r["share"]),
