@@ -110,7 +110,10 @@ GROUP BY grp;
 
 -- A trace with neither stages nor requests: the name of the top-level ranges that repeat (at
 -- least twice) and cover the most time, when they cover at least half of the trace's span;
--- else the whole window as one request. (Stages are then inferred under them, step 4b.)
+-- else the window: one request per host thread that does the work (first to last event of
+-- each thread whose top-level ranges/ops/frames take at least 10% of the busiest thread's:
+-- the main thread of each rank, not helper threads), or one over the whole trace when it has
+-- no host events. (Stages are then inferred under them, step 4b.)
 INSERT INTO _req_ranges
 WITH span AS (
     SELECT max(end_ns) - min(start_ns) AS ns FROM _events_raw
@@ -127,6 +130,19 @@ WITH span AS (
 SELECT event_id, start_ns, end_ns, pid, tid, 'repeated-range'
 FROM top_ranges
 WHERE name = (SELECT name FROM best)
+  AND (SELECT count(*) FROM _req_ranges) = 0 AND (SELECT count(*) FROM _stage_ranges) = 0;
+
+INSERT INTO _req_ranges
+WITH th AS (
+    SELECT e.pid, e.tid, min(e.start_ns) AS s, max(e.end_ns) AS e,
+           coalesce(sum(e.dur_ns) FILTER (WHERE n.parent_id IS NULL), 0) AS top_ns
+    FROM _events_raw e JOIN _nest n USING (event_id)
+    WHERE e.kind IN ('range', 'cpu_op', 'python') AND e.tid IS NOT NULL
+    GROUP BY e.pid, e.tid
+)
+SELECT NULL, s, e, pid, tid, 'window'
+FROM th
+WHERE top_ns > 0 AND top_ns >= 0.1 * (SELECT max(top_ns) FROM th)
   AND (SELECT count(*) FROM _req_ranges) = 0 AND (SELECT count(*) FROM _stage_ranges) = 0;
 
 INSERT INTO _req_ranges
@@ -168,10 +184,16 @@ WITH base AS (
                AND NOT regexp_full_match(e.name, 'ProfilerStep#[0-9]+')))
       AND e.event_id NOT IN (SELECT event_id FROM _req_ranges WHERE event_id IS NOT NULL)
 ), req AS (
-    SELECT request_id, start_ns, end_ns FROM requests
-), placed AS (  -- the request holding the candidate's start
-    SELECT b.*, r.request_id, r.end_ns AS r_end
-    FROM base b ASOF LEFT JOIN req r ON b.start_ns >= r.start_ns
+    SELECT request_id, start_ns, end_ns, coalesce(pid, -1) AS pid, tid FROM requests
+), same_thread AS (
+    SELECT b.event_id, r.request_id, r.end_ns AS r_end
+    FROM base b ASOF JOIN req r ON b.pid = r.pid AND b.tid = r.tid AND b.start_ns >= r.start_ns
+), placed AS (  -- the request holding the candidate's start, on its thread first
+    SELECT b.*,
+           CASE WHEN t.r_end > b.start_ns THEN t.request_id ELSE a.request_id END AS request_id,
+           CASE WHEN t.r_end > b.start_ns THEN t.r_end ELSE a.end_ns END AS r_end
+    FROM base b LEFT JOIN same_thread t USING (event_id)
+    ASOF LEFT JOIN req a ON b.start_ns >= a.start_ns
 ), chosen AS (
     SELECT min(CASE how WHEN 'modules' THEN 1 WHEN 'ranges' THEN 2 ELSE 3 END) AS k
     FROM placed WHERE request_id IS NOT NULL AND start_ns < r_end

@@ -36,6 +36,7 @@ from tracekit.report.findings import Finding, evaluate
 from tracekit.sql import load_query
 from tracekit.traceset import TraceSet
 
+SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (largest first)
 HTML_REQUEST_ROWS = 50  # slowest requests listed in the HTML/md table (JSON has all)
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
 
@@ -190,7 +191,7 @@ _HOW = {
 _REQ_WORDS = {
     "ProfilerStep": "each ProfilerStep",
     "repeated-range": "each repeated top-level range",
-    "window": "the whole trace window",
+    "window": "the window of each working host thread (the trace has no request ranges)",
     "tracekit:request": "each request",
     "stage-sequence": "each request",
 }
@@ -253,14 +254,27 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         span = max(r["start_ms"] + r["e2e_ms"] for r in reqs) - min(r["start_ms"] for r in reqs)
         rps = len(reqs) / (span / 1e3) if span > 0 else None
     overview = q["trace_overview"][0]
+    shown = sorted(split, key=lambda s: -s[1])[:SENTENCE_STAGES]
+    more = len(split) - len(shown)
+    rest = f" and {more} more (table below)" if more > 0 else ""
     if e2e and e2e["count"] == 1:
-        parts = ", ".join(f"{name} {ms:.3f} ms ({share:.0%})" for name, ms, share in split)
+        parts = ", ".join(f"{name} {ms:.3f} ms ({share:.0%})" for name, ms, share in shown) + rest
         what = "The trace window" if overview.get("request_source") == "window" else "One request"
         sentence = f"{what} ({e2e['p50_ms']:.3f} ms): {parts}."
+    elif e2e and overview.get("request_source") == "window":
+        parts = ", ".join(
+            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
+        ) + rest
+        sentence = (
+            f"No requests in the trace: one window per working host thread ({e2e['count']} "
+            f"threads, mean {e2e['mean_ms']:.3f} ms); per thread on average: {parts}."
+        )
     elif e2e:
         parts = ", ".join(
             f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
-        )
+        ) if len(split) <= SENTENCE_STAGES else ", ".join(
+            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
+        ) + rest
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
             f"p99 {e2e['p99_ms']:.3f} ms; per request on average: {parts}."
@@ -272,7 +286,8 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             "No requests or stages found: annotate with tracekit.request()/stage() or "
             "pass --stage NAME=REGEX."
         )
-    many = bool(e2e) and e2e is not None and e2e["count"] > 1  # one request: no percentiles
+    # one request, or windows that are not requests: no percentiles
+    many = e2e is not None and e2e["count"] > 1 and overview.get("request_source") != "window"
     return Answer(
         len(reqs),
         overview.get("request_source") or "",
