@@ -61,7 +61,11 @@ def oracle_activity(path: Path) -> dict[int, list[tuple[int, int]]]:
 
 
 @pytest.mark.parametrize("trace", shared_params("*.sqlite") + shared_params("*.json.gz"))
-def test_per_device_busy_and_categories_match_the_raw_file(trace: Path, copy_trace) -> None:
+def test_per_device_busy_categories_and_findings_match_the_raw_file(
+    trace: Path, copy_trace
+) -> None:
+    """busy = independent union per device (0.1%); categories add up to the plain sum; report,
+    SQL and diff agree; a device busy under half the span gets a finding with a cause."""
     src = copy_trace(trace)
     expected = oracle_activity(trace)
     with tracekit.open(src) as ts:
@@ -69,6 +73,10 @@ def test_per_device_busy_and_categories_match_the_raw_file(trace: Path, copy_tra
         cats = ts.query("gpu_categories").to_dicts()
         util = ts.query("gpu_utilization").to_dicts()
         diff_busy = ts.query("compare_gpu_busy").to_dicts()[0]["busy_ms"]
+        span_ms = ts.sql("SELECT duration_ns / 1e6 AS s FROM traces").to_dicts()[0]["s"]
+        ctx = build_report_context(ts)
+    findings = {f.id: f for f in ctx.traces[0].findings}
+    report_devices = ctx.traces[0].figures["gpu"]["per_device"]
     assert {d["device"] for d in devs} == set(expected)
     for d in devs:
         ivs = expected[d["device"]]
@@ -81,6 +89,10 @@ def test_per_device_busy_and_categories_match_the_raw_file(trace: Path, copy_tra
         rows = [c for c in cats if c["device"] == d["device"]]
         assert sum(c["count"] for c in rows) == len(ivs)  # each activity in exactly one
         assert d["exposed_communication_ms"] <= d["communication_ms"] + 1e-9
+        if busy_ns / 1e6 < 0.5 * span_ms:
+            f = findings[f"gpu_low_utilization:{d['device']}"]
+            assert "likely cause" in f.evidence and f.next_step and f.query == "gpu_devices"
+    assert [r["busy_ms"] for r in report_devices] == [rounded(d["busy_ms"]) for d in devs]
     # one definition: the trace figure of report/SQL equals diff's, the sum over devices
     total = sum(_union(v) for v in expected.values()) / 1e6
     trace_row = next((r for r in util if r["scope"] == "trace"), None)
@@ -150,20 +162,6 @@ def test_stage_depth_option_picks_the_module_depth(trace: Path, copy_trace) -> N
     ]
 
 
-@pytest.mark.parametrize("trace", shared_params("*.sqlite") + shared_params("*.json.gz"))
-def test_low_utilization_gets_a_finding_with_a_cause(trace: Path, copy_trace) -> None:
-    src = copy_trace(trace)
-    expected = oracle_activity(trace)
-    with tracekit.open(src) as ts:
-        ctx = build_report_context(ts)
-        span_ms = ts.sql("SELECT duration_ns / 1e6 AS s FROM traces").to_dicts()[0]["s"]
-    ids = {f.id: f for f in ctx.traces[0].findings}
-    for dev, ivs in expected.items():
-        if _union(ivs) / 1e6 < 0.5 * span_ms:
-            f = ids[f"gpu_low_utilization:{dev}"]
-            assert "likely cause" in f.evidence and f.next_step and f.query == "gpu_devices"
-
-
 def test_short_names_and_emit_nvtx_grouping() -> None:
     import duckdb
 
@@ -181,19 +179,28 @@ def test_short_names_and_emit_nvtx_grouping() -> None:
 
     assert one("SELECT tk_op_name('aten::addmm, seq = 47588, op_id = 999618')") == "aten::addmm"
     assert one("SELECT tk_op_name('aten::to, op_id = 317177')") == "aten::to"
-    assert one(
-        "SELECT tk_kernel_name('void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, "
-        "128, 64, 4, false, false, cutlass::bfloat16_t>, true>(Flash_fwd_params)')"
-    ) == "flash_fwd_kernel<…>"
-    assert one(
-        "SELECT tk_kernel_name('void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_"
-        "s161616gemm_bf16_32x32_128x2_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_"
-        "bf16_32x32_128x2_tn_align8::Params)')"
-    ) == "cutlass::Kernel2<…cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8…>"
-    assert one(
-        "SELECT tk_kernel_name('void at::native::(anonymous namespace)::CatArrayBatchedCopy"
-        "<int, unsigned int, 3, 128, 1>(int*, int)')"
-    ) == "CatArrayBatchedCopy<…>"
+    assert (
+        one(
+            "SELECT tk_kernel_name('void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, "
+            "128, 64, 4, false, false, cutlass::bfloat16_t>, true>(Flash_fwd_params)')"
+        )
+        == "flash_fwd_kernel<…>"
+    )
+    assert (
+        one(
+            "SELECT tk_kernel_name('void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_"
+            "s161616gemm_bf16_32x32_128x2_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_"
+            "bf16_32x32_128x2_tn_align8::Params)')"
+        )
+        == "cutlass::Kernel2<…cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8…>"
+    )
+    assert (
+        one(
+            "SELECT tk_kernel_name('void at::native::(anonymous namespace)::CatArrayBatchedCopy"
+            "<int, unsigned int, 3, 128, 1>(int*, int)')"
+        )
+        == "CatArrayBatchedCopy<…>"
+    )
     assert one("SELECT tk_kernel_name('ncclDevKernel_SendRecv(ncclDevKernelArgs4K)')") == (
         "ncclDevKernel_SendRecv"
     )

@@ -204,10 +204,14 @@ def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
         return ""
     inferred = [s for s in sources if s.startswith("inferred:")]
     if not inferred:
-        return "Stages from " + " and ".join(
-            {"annotated": "tracekit annotations", "rule": "--stage rules"}.get(s, s)
-            for s in sources
-        ) + "."
+        return (
+            "Stages from "
+            + " and ".join(
+                {"annotated": "tracekit annotations", "rule": "--stage rules"}.get(s, s)
+                for s in sources
+            )
+            + "."
+        )
     how, _, depth = inferred[0].removeprefix("inferred:").partition(" depth ")
     req = _REQ_WORDS.get(q["trace_overview"][0].get("request_source") or "", "each request")
     return (
@@ -262,19 +266,27 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         what = "The trace window" if overview.get("request_source") == "window" else "One request"
         sentence = f"{what} ({e2e['p50_ms']:.3f} ms): {parts}."
     elif e2e and overview.get("request_source") == "window":
-        parts = ", ".join(
-            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
-        ) + rest
+        parts = (
+            ", ".join(
+                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
+            )
+            + rest
+        )
         sentence = (
             f"No requests in the trace: one window per working host thread ({e2e['count']} "
             f"threads, mean {e2e['mean_ms']:.3f} ms); per thread on average: {parts}."
         )
     elif e2e:
-        parts = ", ".join(
-            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
-        ) if len(split) <= SENTENCE_STAGES else ", ".join(
-            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
-        ) + rest
+        parts = (
+            ", ".join(
+                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
+            )
+            if len(split) <= SENTENCE_STAGES
+            else ", ".join(
+                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
+            )
+            + rest
+        )
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
             f"p99 {e2e['p99_ms']:.3f} ms; per request on average: {parts}."
@@ -412,9 +424,7 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             "Each kernel, copy and memset in exactly one category (rules: "
             "tracekit/categories.toml); totals are plain sums of durations.",
         ),
-        make_table(
-            f"{t}-streams", "GPU streams", "gpu_streams", p, q["gpu_streams"], STREAM_COLS
-        ),
+        make_table(f"{t}-streams", "GPU streams", "gpu_streams", p, q["gpu_streams"], STREAM_COLS),
         make_table(
             f"{t}-gaps",
             "Longest GPU idle gaps",

@@ -304,10 +304,14 @@ def rule_gpu_low_utilization(results: Results) -> Iterable[Finding]:
             f"GPU busy {busy:.3f} ms of {window:.3f} ms ({util:.0%}); likely cause: {cause}",
             "gpu_devices",
             step,
-            {"utilization": util, "busy_ms": busy, "window_ms": window,
-             "sync_ms": _num(waits.get("sync_ms")),
-             "launch_api_ms": _num(waits.get("launch_api_ms")),
-             "short_kernels": _num(waits.get("short_kernels"))},  # fmt: skip
+            {
+                "utilization": util,
+                "busy_ms": busy,
+                "window_ms": window,
+                "sync_ms": _num(waits.get("sync_ms")),
+                "launch_api_ms": _num(waits.get("launch_api_ms")),
+                "short_kernels": _num(waits.get("short_kernels")),
+            },  # fmt: skip
         )
 
 
