@@ -192,7 +192,8 @@ def test_short_names_and_emit_nvtx_grouping() -> None:
             "s161616gemm_bf16_32x32_128x2_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_"
             "bf16_32x32_128x2_tn_align8::Params)')"
         )
-        == "cutlass::Kernel2<…cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8…>"
+        == "cutlass::Kernel2<…cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8"
+        "…>"
     )
     assert (
         one(
