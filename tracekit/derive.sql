@@ -164,10 +164,12 @@ FROM _req_ranges;
 --   ranges:  user annotations / NVTX ranges (request ranges and ProfilerStep aside);
 --   ops:     cpu_ops.
 -- Depth counts within the chosen source on its thread (1 = outermost). --stage-depth N picks
--- it; by default ranges and ops take depth 1, modules the shallowest depth where no one name
+-- it; by default ops take depth 1, modules and ranges the shallowest depth where no one name
 -- holds 80% of that depth's time while that depth still covers half of the request time
--- (else the deepest depth that does; else 1): so a model wrapped in one top module is split
--- into its parts. Stage names drop emit_nvtx suffixes (tk_op_name).
+-- (else the deepest depth that does; else 1): so a model wrapped in one top module (or a run
+-- in one `main` range) is split into its parts. Stage names drop emit_nvtx suffixes
+-- (tk_op_name). A 'window' request under which nothing was inferred is dropped again: the
+-- report then answers with the GPU figures, not "100% unattributed".
 CREATE OR REPLACE TEMP TABLE _cand AS
 WITH base AS (
     SELECT e.event_id, coalesce(e.pid, -1) AS pid, e.tid, e.start_ns, e.end_ns, e.dur_ns,
@@ -235,7 +237,7 @@ INSERT INTO _stage_ranges
 WITH pick AS (
     SELECT coalesce(
         (SELECT depth FROM _infer_opts),
-        CASE WHEN (SELECT any_value(how) FROM _cand) <> 'modules' THEN 1 END,
+        CASE WHEN (SELECT any_value(how) FROM _cand) = 'ops' THEN 1 END,
         (SELECT min(depth) FROM _cand_stats WHERE top_share < 0.8 AND coverage >= 0.5),
         (SELECT max(depth) FROM _cand_stats WHERE coverage >= 0.5),
         1) AS depth
@@ -244,6 +246,9 @@ SELECT c.event_id, c.stage, c.start_ns, c.end_ns, nullif(c.pid, -1), c.tid,
        'inferred:' || c.how || ' depth ' || (SELECT depth FROM pick)
 FROM _cand c JOIN _cand_depth d USING (event_id)
 WHERE d.depth = (SELECT depth FROM pick);
+
+DELETE FROM requests
+WHERE source = 'window' AND (SELECT count(*) FROM _stage_ranges) = 0;
 
 -- @step requests of stages
 -- A stage belongs to the request that contains its start, same thread first.

@@ -378,7 +378,10 @@ def rule_device_imbalance(results: Results) -> Iterable[Finding]:
 
 
 def rule_memcpy_hot_loop(results: Results) -> Iterable[Finding]:
-    span = _num((results.get("host_waits") or [{}])[0].get("span_ms"))
+    # copy time of every device against the span of every device (device-time, as GPU busy)
+    span = _num((results.get("host_waits") or [{}])[0].get("span_ms")) * max(
+        len(results.get("gpu_devices", [])), 1
+    )
     reqs = max(len(results.get("request_breakdown", [])), 1)
     for r in results.get("memcpy_summary", []):
         if r.get("direction") not in ("HtoD", "DtoH"):
@@ -391,7 +394,8 @@ def rule_memcpy_hot_loop(results: Results) -> Iterable[Finding]:
             "medium",
             f"Repeated {r['direction']} copies in the loop",
             f"{n} {r['direction']} copies ({n / reqs:.1f} per request), {ms:.3f} ms of copy "
-            f"time ({ms / span:.1%} of the trace), {int(_num(r.get('bytes')))} bytes",
+            f"time ({ms / span:.1%} of the trace's device time), "
+            f"{int(_num(r.get('bytes')))} bytes",
             "memcpy_summary",
             "Keep tensors on the GPU between steps, copy once per batch with pinned memory and "
             "non_blocking=True, avoid .cpu()/.item() inside the loop.",
