@@ -2,21 +2,14 @@
 -- returns: one row per trace: trace_id, span_ms, devices, busy_ms, requests, request_ms
 -- Per trace: its span (traces.duration_ns), the GPU devices with activity, GPU busy time
 -- (per device the length of the union of kernel/memcpy/memset intervals, streams overlap;
--- summed over devices), and the request count and summed request wall time.
-WITH g AS (
-    SELECT trace_id, coalesce(device, -1) AS device, start_ns AS a, end_ns AS b
+-- summed over devices: the definition of gpu_devices and gpu_utilization), and the request count and summed request wall time.
+WITH iv AS (
+    SELECT {'trace_id': trace_id, 'device': coalesce(device, -1)} AS key, start_ns, end_ns
     FROM events
-    WHERE kind IN ('kernel', 'memcpy', 'memset') AND end_ns > start_ns
-), ordered AS (
-    SELECT *, max(b) OVER (PARTITION BY trace_id, device ORDER BY a, b
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM g
-), per_device AS (  -- union length = span minus the gaps where an interval starts after all before
-    SELECT trace_id, device,
-           max(b) - min(a) - coalesce(sum(a - prev_end) FILTER (WHERE a > prev_end), 0) AS ns
-    FROM ordered GROUP BY trace_id, device
-), busy AS (
-    SELECT trace_id, count(*) AS devices, sum(ns) AS busy_ns FROM per_device GROUP BY trace_id
+    WHERE kind IN ('kernel', 'memcpy', 'memset')
+), busy AS (  -- tk_union_ns: per device the length of the union of its intervals
+    SELECT key.trace_id AS trace_id, count(*) AS devices, sum(union_ns) AS busy_ns
+    FROM tk_union_ns('iv') GROUP BY 1
 ), req AS (
     SELECT trace_id, count(*) AS requests, sum(dur_ns) AS request_ns
     FROM requests GROUP BY trace_id

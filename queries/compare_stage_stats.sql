@@ -9,21 +9,13 @@ WITH samples AS (
         SELECT s.trace_id, s.request_id, s.stage, s.dur_ns,
                greatest(s.start_ns, r.start_ns) AS a, least(s.end_ns, r.end_ns) AS b
         FROM stages s JOIN requests r USING (trace_id, request_id)
-    ), ordered AS (
-        SELECT trace_id, request_id, a, b,
-               max(b) OVER (PARTITION BY trace_id, request_id ORDER BY a, b
-                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-        FROM st WHERE b > a
-    ), islands AS (
-        SELECT *, sum(CASE WHEN prev_end IS NULL OR a > prev_end THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY trace_id, request_id ORDER BY a, b
-                            ROWS UNBOUNDED PRECEDING) AS grp
-        FROM ordered
-    ), covered AS (
-        SELECT trace_id, request_id, sum(e - s)::BIGINT AS covered_ns
-        FROM (SELECT trace_id, request_id, grp, min(a) AS s, max(b) AS e
-              FROM islands GROUP BY trace_id, request_id, grp)
-        GROUP BY trace_id, request_id
+    ), iv AS (
+        SELECT {'trace_id': trace_id, 'request_id': request_id} AS key, a AS start_ns,
+               b AS end_ns
+        FROM st
+    ), covered AS (  -- union length of each request's stages (tk_union_ns)
+        SELECT key.trace_id AS trace_id, key.request_id AS request_id, union_ns AS covered_ns
+        FROM tk_union_ns('iv')
     )
     SELECT trace_id, request_id, stage, sum(dur_ns)::BIGINT AS dur_ns
     FROM st GROUP BY trace_id, request_id, stage

@@ -1,5 +1,5 @@
 -- name: stage_summary
--- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events
+-- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, source (where the stage came from: annotated, rule, inferred:<how> depth N), count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events
 -- param: $trace_id INTEGER trace to summarize
 -- default: $trace_id 1
 -- Host time per stage, with statistics across requests of each request's stage total (a stage
@@ -7,15 +7,16 @@
 -- interpolation). share = total / end-to-end time (sum of request durations; the trace span
 -- when there are no requests). 'unattributed' = request time no stage covers (request duration
 -- minus the union of its stages' intervals, clipped to the request). GPU time projected onto
--- a stage: busy = length of the union of the intervals of kernels/memcpys/memsets attributed to
--- the stage (streams overlap: never a plain sum); span = first GPU start to last GPU end.
+-- a stage: busy = per device the length of the union of the intervals of kernels/memcpys/memsets
+-- attributed to the stage (streams overlap: never a plain sum), summed over devices; span =
+-- first GPU start to last GPU end. (Zero-length GPU rows count in gpu_events only.)
 WITH st AS (
     SELECT * FROM stages WHERE trace_id = $trace_id
 ), rq AS (
     SELECT * FROM requests WHERE trace_id = $trace_id
 ), per_unit AS (
     SELECT stage, coalesce(request_id, -event_id) AS unit, sum(dur_ns) AS ns,
-           count(*) AS n, min(start_ns) AS first_start
+           count(*) AS n, min(start_ns) AS first_start, min(source) AS source
     FROM st GROUP BY stage, coalesce(request_id, -event_id)
 ), e2e AS (
     SELECT coalesce((SELECT sum(dur_ns) FROM rq),
@@ -24,50 +25,38 @@ WITH st AS (
     SELECT s.request_id, greatest(s.start_ns, r.start_ns) AS s0, least(s.end_ns, r.end_ns) AS s1
     FROM st s JOIN rq r USING (request_id)
     WHERE least(s.end_ns, r.end_ns) > greatest(s.start_ns, r.start_ns)
-), flagged AS (
-    SELECT request_id, s0, s1,
-           max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
-                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_s1
-    FROM clipped
-), covered AS (  -- union length = span minus the gaps where an interval starts after all before
-    SELECT request_id,
-           max(s1) - min(s0) - coalesce(sum(s0 - prev_s1) FILTER (WHERE s0 > prev_s1), 0) AS ns
-    FROM flagged GROUP BY request_id
+), stage_iv AS (
+    SELECT request_id AS key, s0 AS start_ns, s1 AS end_ns FROM clipped
+), covered AS (  -- union length of the request's stages (tk_union_ns)
+    SELECT key AS request_id, union_ns AS ns FROM tk_union_ns('stage_iv')
 ), unattributed AS (
     SELECT r.request_id AS unit, r.dur_ns - coalesce(c.ns, 0) AS ns
     FROM rq r LEFT JOIN covered c USING (request_id)
 ), gpu AS (
-    SELECT stage, start_ns, end_ns FROM events
+    SELECT {'stage': stage, 'device': coalesce(device, -1)} AS key, start_ns, end_ns FROM events
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset') AND stage IS NOT NULL
-), gpu_flag AS (
-    SELECT stage, start_ns, end_ns,
-           max(end_ns) OVER (PARTITION BY stage ORDER BY start_ns, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM gpu
-), gpu_stage AS (  -- the same union length, per stage
-    SELECT stage,
-           max(end_ns) - min(start_ns)
-               - coalesce(sum(start_ns - prev_end) FILTER (WHERE start_ns > prev_end), 0)
-               AS busy_ns,
-           min(start_ns) AS first_ns, max(end_ns) AS last_ns, count(*) AS n
-    FROM gpu_flag GROUP BY stage
+), gpu_stage AS (  -- per device the union length (tk_union_ns), summed over devices
+    SELECT key.stage AS stage, sum(union_ns) AS busy_ns, min(first_ns) AS first_ns,
+           max(last_ns) AS last_ns, sum(n) AS n
+    FROM tk_union_ns('gpu') GROUP BY 1
 ), rows_ AS (
-    SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(first_start) AS first_start,
+    SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(source) AS source,
+           min(first_start) AS first_start,
            count(*) AS count, sum(n) AS instances, sum(ns) AS total_ns, avg(ns) AS mean_ns,
            quantile_cont(ns, 0.5) AS p50, quantile_cont(ns, 0.9) AS p90,
            quantile_cont(ns, 0.99) AS p99, max(ns) AS max_ns
     FROM per_unit GROUP BY stage
     UNION ALL
-    SELECT 'unattributed', 1, 'unattributed', NULL, count(*), count(*), sum(ns), avg(ns),
+    SELECT 'unattributed', 1, 'unattributed', NULL, NULL, count(*), count(*), sum(ns), avg(ns),
            quantile_cont(ns, 0.5), quantile_cont(ns, 0.9), quantile_cont(ns, 0.99), max(ns)
     FROM unattributed HAVING count(*) > 0
     UNION ALL
-    SELECT 'end_to_end', 2, 'end_to_end', NULL, count(*), count(*), sum(dur_ns), avg(dur_ns),
+    SELECT 'end_to_end', 2, 'end_to_end', NULL, NULL, count(*), count(*), sum(dur_ns), avg(dur_ns),
            quantile_cont(dur_ns, 0.5), quantile_cont(dur_ns, 0.9), quantile_cont(dur_ns, 0.99),
            max(dur_ns)
     FROM rq HAVING count(*) > 0
 )
-SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.count::BIGINT AS count,
+SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.source, r.count::BIGINT AS count,
        r.instances::BIGINT AS instances,
        r.total_ns / 1e6 AS total_ms, r.mean_ns / 1e6 AS mean_ms, r.p50 / 1e6 AS p50_ms,
        r.p90 / 1e6 AS p90_ms, r.p99 / 1e6 AS p99_ms, r.max_ns / 1e6 AS max_ms,

@@ -9,7 +9,7 @@ import duckdb
 
 from tracekit.ingest.common import STAGING_TABLE
 from tracekit.progress import NO_PROGRESS, Progress
-from tracekit.stages import StageRule
+from tracekit.stages import StageRule, split_depth
 
 
 def _events_ddl() -> str:
@@ -43,7 +43,13 @@ def derive(
     if not (staged and staged[0]):
         con.execute(f"ALTER TABLE events RENAME TO {STAGING_TABLE}")
         con.execute(_events_ddl())
+    from tracekit.categories import install
+
+    install(con)  # tk_op_name names inferred stages
+    rules, depth = split_depth(rules)
     con.execute("CREATE OR REPLACE TEMP TABLE _stage_rules (stage VARCHAR, pattern VARCHAR)")
+    con.execute("CREATE OR REPLACE TEMP TABLE _infer_opts (depth INTEGER)")
+    con.execute(f"INSERT INTO _infer_opts VALUES ({'NULL' if depth is None else int(depth)})")
     if rules:
         con.executemany(
             "INSERT INTO _stage_rules VALUES (?, ?)", [(r.stage, r.pattern) for r in rules]
@@ -69,6 +75,10 @@ def derive(
         "_req_encl",
         "_derived",
         "_stage_rules",
+        "_infer_opts",
+        "_cand",
+        "_cand_depth",
+        "_cand_stats",
     ):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     for view in (
@@ -80,5 +90,10 @@ def derive(
         "_req_unplaced",
     ):
         con.execute(f"DROP VIEW IF EXISTS {view}")
-    for macro in ("tk_latest_start", "tk_ranked", "tk_enclosing", "tk_innermost_open"):
+    for macro in (
+        "tk_latest_start",
+        "tk_ranked",
+        "tk_enclosing",
+        "tk_innermost_open",
+    ):
         con.execute(f"DROP MACRO TABLE IF EXISTS {macro}")

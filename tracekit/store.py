@@ -35,7 +35,7 @@ from tracekit.ingest.formats import TraceFormat
 from tracekit.progress import build_progress
 from tracekit.stages import StageRule, rules_digest
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
 TABLES = ("traces", "threads", "events", "stages", "requests", "attributes")
 DUCKDB_MAGIC_OFFSET = 8

@@ -18,6 +18,7 @@ from tracekit.lake import duckdb_table_sql, is_export_dir
 from tracekit.stages import StageRule, load_config_rules
 from tracekit.store import (
     CACHE_SUFFIX,
+    SCHEMA_VERSION,
     TABLES,
     IngestResult,
     connect,
@@ -149,6 +150,9 @@ class TraceSet:
     def __init__(
         self, con: duckdb.DuckDBPyConnection, sources: list[Path], ingests: list[IngestResult]
     ) -> None:
+        from tracekit.categories import install
+
+        install(con)  # tracekit/macros.sql and the GPU category rules, on every connection
         self.con = con
         self.sources = sources
         self.ingests = ingests
@@ -318,7 +322,9 @@ def write_store(
         _attach_union(con, store_files, view_prefix="_all_")
         for t in TABLES:
             con.execute(f"INSERT INTO {t} SELECT * FROM _all_{t}")
-        con.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('kind', 'combined')")
+        con.execute(
+            f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'), ('kind', 'combined')"
+        )
         con.close()
         os.replace(tmp, out)
     except BaseException:

@@ -18,6 +18,8 @@ import tracekit
 from tracekit.errors import TraceFormatError
 from tracekit.report import charts
 from tracekit.report.figures import (
+    CATEGORY_COLS,
+    DEVICE_COLS,
     GAP_COLS,
     GPU_COLS,
     KERNEL_COLS,
@@ -27,6 +29,7 @@ from tracekit.report.figures import (
     OVERVIEW_COLS,
     REQ_COLS,
     STAGE_COLS,
+    STREAM_COLS,
     figures,
 )
 from tracekit.report.findings import Finding, evaluate
@@ -37,6 +40,7 @@ NO_GPU_NOTE = (
     "No GPU activity in this capture: no kernels, copies or memsets were recorded (a CPU-only "
     "run, or CUDA was not traced), so there is no GPU busy or idle time to show."
 )
+SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (largest first)
 HTML_REQUEST_ROWS = 50  # slowest requests listed in the HTML/md table (JSON has all)
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
 
@@ -83,6 +87,12 @@ class Answer:
         metadata={"help": "(stage, total ms, share of end-to-end), unattributed last"}
     )
     sentence: str = field(metadata={"help": "the answer in one sentence"})
+    stage_source: str = field(
+        default="", metadata={"help": "where the stages came from, in words ('' if none)"}
+    )
+    gpu_sentence: str = field(
+        default="", metadata={"help": "GPU busy per device and the top category/kernel"}
+    )
 
 
 @dataclass(frozen=True)
@@ -172,7 +182,70 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
     q["top_ops_all"] = ts.query("top_ops", trace_id=trace_id, limit=2**31 - 1).to_dicts()
     q["top_kernels"] = ts.query("top_kernels", trace_id=trace_id, limit=top_n).to_dicts()
     q["idle_gaps"] = ts.query("idle_gaps", trace_id=trace_id, limit=10).to_dicts()
+    for name in ("gpu_devices", "gpu_categories", "gpu_streams", "host_waits"):
+        q[name] = ts.query(name, trace_id=trace_id).to_dicts()
     return q
+
+
+_HOW = {
+    "modules": "the nn.Module tree",
+    "ranges": "the top-level NVTX / user-annotation ranges",
+    "ops": "the top-level operators",
+}
+_REQ_WORDS = {
+    "ProfilerStep": "each ProfilerStep",
+    "repeated-range": "each repeated top-level range",
+    "window": "the window of each working host thread (the trace has no request ranges)",
+    "tracekit:request": "each request",
+    "stage-sequence": "each request",
+}
+
+
+def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
+    """'Stages inferred from the nn.Module tree (depth 5) under each ProfilerStep ...'."""
+    sources = sorted({str(r["source"]) for r in q["stage_summary"] if r.get("source")})
+    if not sources:
+        return ""
+    inferred = [s for s in sources if s.startswith("inferred:")]
+    if not inferred:
+        return (
+            "Stages from "
+            + " and ".join(
+                {"annotated": "tracekit annotations", "rule": "--stage rules"}.get(s, s)
+                for s in sources
+            )
+            + "."
+        )
+    how, _, depth = inferred[0].removeprefix("inferred:").partition(" depth ")
+    req = _REQ_WORDS.get(q["trace_overview"][0].get("request_source") or "", "each request")
+    return (
+        f"The trace has no tracekit stages: stages inferred from {_HOW.get(how, how)} "
+        f"(depth {depth}) under {req}; pick another depth with --stage-depth N, or name "
+        "stages with --stage NAME=REGEX."
+    )
+
+
+def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
+    """GPU busy per device, and what the busiest device spends its time on."""
+    devs = q["gpu_devices"]
+    if not devs:
+        return "No GPU activity in this trace."
+    parts = ", ".join(
+        f"{d['device_name']} busy {d['utilization'] or 0:.0%} ({d['busy_ms']:.3f} of "
+        f"{d['window_ms']:.3f} ms)"
+        for d in devs
+    )
+    top = max(devs, key=lambda d: d["busy_ms"])
+    cats = [c for c in q["gpu_categories"] if c["device"] == top["device"]]
+    text = f"GPU: {parts}."
+    if cats:
+        c = cats[0]
+        where = f" on {top['device_name']}" if len(devs) > 1 else ""
+        text += (
+            f" Top activity{where}: {c['category']} {c['share_of_device']:.0%} of GPU time "
+            f"(top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
+        )
+    return text
 
 
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
@@ -189,9 +262,34 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         span = max(r["start_ms"] + r["e2e_ms"] for r in reqs) - min(r["start_ms"] for r in reqs)
         rps = len(reqs) / (span / 1e3) if span > 0 else None
     overview = q["trace_overview"][0]
-    if e2e:
-        parts = ", ".join(
-            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
+    shown = sorted(split, key=lambda s: -s[1])[:SENTENCE_STAGES]
+    more = len(split) - len(shown)
+    rest = f" and {more} more (table below)" if more > 0 else ""
+    if e2e and e2e["count"] == 1:
+        parts = ", ".join(f"{name} {ms:.3f} ms ({share:.0%})" for name, ms, share in shown) + rest
+        what = "The trace window" if overview.get("request_source") == "window" else "One request"
+        sentence = f"{what} ({e2e['p50_ms']:.3f} ms): {parts}."
+    elif e2e and overview.get("request_source") == "window":
+        parts = (
+            ", ".join(
+                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
+            )
+            + rest
+        )
+        sentence = (
+            f"No requests in the trace: one window per working host thread ({e2e['count']} "
+            f"threads, mean {e2e['mean_ms']:.3f} ms); per thread on average: {parts}."
+        )
+    elif e2e:
+        parts = (
+            ", ".join(
+                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
+            )
+            if len(split) <= SENTENCE_STAGES
+            else ", ".join(
+                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
+            )
+            + rest
         )
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
@@ -204,15 +302,19 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             "No requests or stages found: annotate with tracekit.request()/stage() or "
             "pass --stage NAME=REGEX."
         )
+    # one request, or windows that are not requests: no percentiles
+    many = e2e is not None and e2e["count"] > 1 and overview.get("request_source") != "window"
     return Answer(
         len(reqs),
         overview.get("request_source") or "",
-        e2e["p50_ms"] if e2e else None,
-        e2e["p99_ms"] if e2e else None,
+        e2e["p50_ms"] if many and e2e else None,
+        e2e["p99_ms"] if many and e2e else None,
         e2e["mean_ms"] if e2e else None,
         rps,
         split,
         sentence,
+        _stage_source(q),
+        _gpu_sentence(q),
     )
 
 
@@ -302,6 +404,28 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
             "Per-request GPU busy time is in the requests table." if has_gpu else NO_GPU_NOTE,
             gpu_charts,
         ),
+        make_table(
+            f"{t}-devices",
+            "GPU devices",
+            "gpu_devices",
+            p,
+            q["gpu_devices"],
+            DEVICE_COLS,
+            "Busy = union of the device's kernel, memcpy and memset intervals; utilization = "
+            "busy / trace span. Exposed communication: communication time with no other kernel "
+            "running on that device.",
+        ),
+        make_table(
+            f"{t}-categories",
+            "GPU activity by category",
+            "gpu_categories",
+            p,
+            q["gpu_categories"],
+            CATEGORY_COLS,
+            "Each kernel, copy and memset in exactly one category (rules: "
+            "tracekit/categories.toml); totals are plain sums of durations.",
+        ),
+        make_table(f"{t}-streams", "GPU streams", "gpu_streams", p, q["gpu_streams"], STREAM_COLS),
         make_table(
             f"{t}-gaps",
             "Longest GPU idle gaps",
