@@ -1,0 +1,165 @@
+"""The diff's headline: the few changes that explain most of the delta, one sentence each.
+
+Candidates are stages whose mean per request moved beyond noise by at least min_change, and
+ops/kernels whose status is slower, faster, unsure (material but within noise), appeared or
+vanished. They are ranked by what they add per unit of work (ms per request, or per second of
+trace span): the per-call part for a matched item, the whole change for one that appeared or
+vanished. Up to MAX_ENTRIES are named, each at least a tenth of the first. Each sentence
+says whether its change is beyond noise.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+
+from tracekit.compare.diff import DeviceDelta, Headline, StageDelta
+from tracekit.compare.items import ItemDelta, Unit
+
+MAX_ENTRIES = 3
+KEEP_FRACTION = 0.1
+MAX_NAME = 90
+
+
+def _strip_args(s: str) -> str:
+    """Drop a trailing top-level `(...)` argument list."""
+    depth = 0
+    for i in range(len(s) - 1, 0, -1):
+        if s[i] == ")":
+            depth += 1
+        elif s[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return s[:i] if s.endswith(")") else s
+    return s
+
+
+def short_name(name: str, limit: int = MAX_NAME) -> str:
+    """A readable kernel/op name within `limit` characters: past it, casts, `void`,
+    namespaces, lambdas and the argument list are dropped, then the rest cut with '…'.
+    Renderers show the full name on hover and in JSON."""
+    if len(name) <= limit:
+        return name
+    s = re.sub(r"\((?:unsigned )?(?:int|long|bool|char|short)\)", "", name)
+    s = re.sub(r"^void\s+|(?<=[<,\s])void\s+", "", s)
+    s = re.sub(r"\[lambda[^\]]*\]", "λ", s)
+    s = re.sub(r"(?:[A-Za-z_]\w*|<unnamed>|\(anonymous namespace\))::", "", s)
+    s = re.sub(r"\s+", " ", _strip_args(s)).strip()
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _ms(v: float) -> str:
+    return f"{v:,.3f}"
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{v * 100:+.1f}%"
+
+
+def _stage_sentence(s: StageDelta) -> str:
+    m, p50 = s.metric("mean_ms"), s.metric("p50_ms")
+    rel = m.delta / m.before if m.delta is not None and m.before else None
+    return (f"Stage {s.stage}: mean {_ms(m.before or 0)} → {_ms(m.after or 0)} ms per request "
+            f"({_pct(rel)}, beyond noise; p50 {_ms(p50.before or 0)} → {_ms(p50.after or 0)} ms).")  # fmt: skip
+
+
+def _unit_words(unit: Unit) -> str:
+    return f"per {unit.name}"
+
+
+def _item_sentence(i: ItemDelta, kind: str, unit: Unit) -> str:
+    what = f"{kind} {short_name(i.name)}" + (f" {i.shape}" if i.shape else "")
+    per = _unit_words(unit)
+    if i.status == "appeared":
+        return (f"{what} appeared: {i.after_count:,.0f} calls per run, {_ms(i.after_mean_ms or 0)} "
+                f"ms per call, adds {i.delta_per_unit_ms:+,.3f} ms {per}.")  # fmt: skip
+    if i.status == "vanished":
+        return (f"{what} vanished: it took {_ms(i.before_ms)} ms per run "
+                f"({i.delta_per_unit_ms:+,.3f} ms {per}).")  # fmt: skip
+    time = "self time " if kind == "Op" else ""
+    text = (f"{what}: {time}{_ms(i.before_mean_ms or 0)} → {_ms(i.after_mean_ms or 0)} ms per "
+            f"call ({_pct(i.per_call_change)}); at {i.after_count:,.0f} calls per run that is "
+            f"{i.time_part_ms:+,.3f} ms per run, {i.time_part_per_unit_ms:+,.3f} ms {per}")  # fmt: skip
+    devs = [d for d in i.devices if d.before_mean_ms is not None and d.after_mean_ms is not None]
+    if len(devs) > 1:
+        text += " (" + ", ".join(f"{d.device}: {_ms(d.before_mean_ms or 0)} → "
+                                 f"{_ms(d.after_mean_ms or 0)} ms per call" for d in devs) + ")"  # fmt: skip
+    elif len(i.devices) == 1:
+        text += f" (on {i.devices[0].device})"
+    if i.beyond_noise:
+        return text + "; beyond noise."
+    ci = ""
+    if i.ci_low_ms is not None and i.ci_high_ms is not None:
+        ci = f": 95% interval of the per-call change {i.ci_low_ms:+,.3f} to {i.ci_high_ms:+,.3f} ms"
+    tail = ""
+    if i.after_max_ms > 3 * (i.after_mean_ms or 0) or i.before_max_ms > 3 * (i.before_mean_ms or 0):
+        tail = (f"; a few long calls drive the mean (longest {_ms(i.before_max_ms)} → "
+                f"{_ms(i.after_max_ms)} ms)")  # fmt: skip
+    return text + f"; within noise{ci}{tail}."
+
+
+def _context(stages: Sequence[StageDelta], devices: Sequence[DeviceDelta],
+             k_unit: Unit, kernels: Sequence[ItemDelta]) -> str:  # fmt: skip
+    e2e = next((s for s in stages if s.stage == "end_to_end"), None)
+    if e2e is not None and e2e.before_count and e2e.after_count:
+        m, p50 = e2e.metric("mean_ms"), e2e.metric("p50_ms")
+        rel = m.delta / m.before if m.delta is not None and m.before else None
+        verdict = "beyond noise" if m.noise and m.noise.exceeds else "within noise"
+        return (f"End-to-end: mean {_ms(m.before or 0)} → {_ms(m.after or 0)} ms per request "
+                f"({_pct(rel)}, {verdict}; p50 {_ms(p50.before or 0)} → {_ms(p50.after or 0)} ms) "
+                f"over {e2e.before_count} vs {e2e.after_count} requests.")  # fmt: skip
+    allg = next((d for d in devices if d.device == "all"), None)
+    if allg is not None and kernels:
+        u = allg.utilization
+        util = (f"{(u.before or 0) * 100:.1f}% → {(u.after or 0) * 100:.1f}% of the trace span"
+                if u.before is not None and u.after is not None else "")  # fmt: skip
+        return (f"No requests: work compared per {k_unit.name} ({k_unit.before:,.3f} vs "
+                f"{k_unit.after:,.3f} s). Any GPU busy {util} ({_ms(allg.busy.before or 0)} → "
+                f"{_ms(allg.busy.after or 0)} ms per run).")  # fmt: skip
+    return f"No requests and no GPU kernels: ops compared per {k_unit.name}."
+
+
+def _note(kernels: Sequence[ItemDelta], ops: Sequence[ItemDelta], named: int,
+          min_change: float) -> str:  # fmt: skip
+    parts = []
+    for kind, items in (("kernels", kernels), ("ops", ops)):
+        if not items:
+            continue
+        same = sum(i.status == "same" for i in items)
+        unsure = sum(i.status == "unsure" for i in items)
+        changed = sum(i.status in ("slower", "faster", "appeared", "vanished") for i in items)
+        parts.append(f"{kind}: {changed} changed beyond noise, {unsure} unsure, {same} the same "
+                     f"per call (within {min_change * 100:g}% or noise)")  # fmt: skip
+        ratios = [i.after_count / i.before_count for i in items
+                  if i.before_count and i.after_count]  # fmt: skip
+        if len(ratios) >= 3:
+            med = statistics.median(ratios)
+            if abs(med - 1) >= 0.02:
+                parts[-1] += (f"; calls per run ×{med:.2f} (median over {len(ratios)}): the "
+                              "candidate holds a different amount of work")  # fmt: skip
+    text = "; ".join(parts)
+    beyond = any(i.beyond_noise for i in (*kernels, *ops))
+    lead = "" if named else ("No large change beyond noise. " if beyond else "No change beyond noise. ")
+    return (lead + (text[0].upper() + text[1:] + ".") if text else lead.strip())
+
+
+def headline(stages: Sequence[StageDelta], kernels: Sequence[ItemDelta],
+             ops: Sequence[ItemDelta], k_unit: Unit, o_unit: Unit,
+             devices: Sequence[DeviceDelta], min_change: float) -> Headline:  # fmt: skip
+    """The headline of a diff (see the module docstring)."""
+    cands: list[tuple[float, str, bool]] = []
+    for s in stages:
+        m = s.metric("mean_ms")
+        if s.stage == "end_to_end" or m.delta is None or not m.before or m.noise is None:
+            continue
+        if m.noise.exceeds and abs(m.delta) >= min_change * m.before:
+            cands.append((m.delta, _stage_sentence(s), True))
+    for kind, items, unit in (("Kernel", kernels, k_unit), ("Op", ops, o_unit)):
+        for i in items:
+            if i.status in ("slower", "faster", "unsure", "appeared", "vanished"):
+                cands.append((i.weight_ms, _item_sentence(i, kind, unit), i.beyond_noise))
+    cands.sort(key=lambda c: -abs(c[0]))
+    entries = [c for c in cands[:MAX_ENTRIES] if abs(c[0]) >= KEEP_FRACTION * abs(cands[0][0])]
+    note = _note(kernels, ops, any(c[2] for c in entries), min_change)
+    return Headline(_context(stages, devices, k_unit, kernels), tuple(c[1] for c in entries), note)
