@@ -149,9 +149,12 @@ def headline(stages: Sequence[StageDelta], kernels: Sequence[ItemDelta],
              devices: Sequence[DeviceDelta], min_change: float) -> Headline:  # fmt: skip
     """The headline of a diff (see the module docstring)."""
     cands: list[tuple[float, str, bool]] = []
+    staged = any(s.stage not in ("end_to_end", "unattributed") for s in stages)
     for s in stages:
         m = s.metric("mean_ms")
-        if s.stage == "end_to_end" or m.delta is None or not m.before or m.noise is None:
+        if s.stage == "end_to_end" or (s.stage == "unattributed" and not staged):
+            continue  # the context line says it (no stages: unattributed is end-to-end)
+        if m.delta is None or not m.before or m.noise is None:
             continue
         if m.noise.exceeds and abs(m.delta) >= min_change * m.before:
             cands.append((m.delta, _stage_sentence(s), True))

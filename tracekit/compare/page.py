@@ -83,7 +83,7 @@ def chart(d: DiffResult) -> ChartGeom | None:
         return None
     units = sorted({u for _, _, u in items})
     top = max(abs(i.weight_ms) for _, i, _ in items)
-    half = (W - LABEL_W) / 2 - 60
+    half = (W - LABEL_W) / 2 - 90
     zero = LABEL_W + (W - LABEL_W) / 2
     bars = []
     for k, (kind, i, unit) in enumerate(items):

@@ -21,7 +21,7 @@ RENDER_FORMATS = ("table", "md", "json", "html")
 TOP_ITEMS = 15
 TABLE_NAME = 70
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~:])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()!|~:])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
