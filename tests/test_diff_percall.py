@@ -39,11 +39,30 @@ def kineto(path: Path, steps: int, calls: int, dur_us: int, name: str = "gemm_ke
     for s in range(steps):
         start = t
         for _ in range(calls):
-            ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": t,
-                       "dur": dur_us, "args": {"device": 0, "stream": 7}})  # fmt: skip
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t,
+                    "dur": dur_us,
+                    "args": {"device": 0, "stream": 7},
+                }
+            )
             t += dur_us + 10
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1,
-                   "tid": 1, "ts": start, "dur": t - start})  # fmt: skip
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s}",
+                "pid": 1,
+                "tid": 1,
+                "ts": start,
+                "dur": t - start,
+            }
+        )
         t += 50
     path.write_text(json.dumps({"traceEvents": ev}))
     return path
@@ -107,8 +126,10 @@ def sqlite_kernels(path: Path) -> dict[str, dict[int, list[int]]]:
     """Kernel durations (ns) by demangled name and device, straight from the export."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     out: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    q = ("SELECT s.value, k.deviceId, k.\"end\" - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-         "JOIN StringIds s ON s.id = k.demangledName")  # fmt: skip
+    q = (
+        'SELECT s.value, k.deviceId, k."end" - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k '
+        "JOIN StringIds s ON s.id = k.demangledName"
+    )
     for name, dev, dur in con.execute(q):
         out[name][dev].append(dur)
     con.close()
@@ -219,8 +240,17 @@ def test_run_folder_diffed_with_itself(sample: Path) -> None:
 
 
 def test_check_counts_each_request_once(sample: Path) -> None:
-    r = CliRunner().invoke(main, ["check", str(sample), "--budget", "end_to_end.count>=12",
-                                  "--budget", "end_to_end.count<=12"])  # fmt: skip
+    r = CliRunner().invoke(
+        main,
+        [
+            "check",
+            str(sample),
+            "--budget",
+            "end_to_end.count>=12",
+            "--budget",
+            "end_to_end.count<=12",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines() == [
         "PASS end_to_end.count>=12: measured 12 (limit 12)",
@@ -267,10 +297,29 @@ def test_hostile_names_escaped_in_every_format(tmp_path: Path) -> None:
     for path, dur in ((base, 100), (cand, 200)):
         ev = []
         for k, name in enumerate(HOSTILE):
-            ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7,
-                       "ts": 1000 + k * 1000, "dur": dur, "args": {"device": 0, "stream": 7}})  # fmt: skip
-            ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1,
-                       "ts": 1000 + k * 1000, "dur": dur})  # fmt: skip
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": 1000 + k * 1000,
+                    "dur": dur,
+                    "args": {"device": 0, "stream": 7},
+                }
+            )
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": name,
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": 1000 + k * 1000,
+                    "dur": dur,
+                }
+            )
         path.write_text(json.dumps({"traceEvents": ev}))
     d = diff_runs([base], [cand])
     assert {k.name for k in d.kernels} == set(HOSTILE)

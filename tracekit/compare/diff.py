@@ -109,8 +109,9 @@ class DiffResult:
     seed: int
 
 
-def _delta(metric: str, before: float | None, after: float | None,
-           noise: Noise | None = None) -> MetricDelta:  # fmt: skip
+def _delta(
+    metric: str, before: float | None, after: float | None, noise: Noise | None = None
+) -> MetricDelta:
     if before is None or after is None:
         return MetricDelta(metric, before, after, None, None, noise)
     ratio = after / before if before else None
@@ -123,8 +124,13 @@ def _stat(q: float | None) -> Callable[[np.ndarray], np.ndarray]:
     return lambda x: np.percentile(x, q, axis=1)
 
 
-def bootstrap_delta_ci(before: np.ndarray, after: np.ndarray, q: float | None,
-                       resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:  # fmt: skip
+def bootstrap_delta_ci(
+    before: np.ndarray,
+    after: np.ndarray,
+    q: float | None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float]:
     """95% interval of stat(after) - stat(before), resampling requests; stat is the q-th
     percentile, or the mean when q is None."""
     rng = np.random.default_rng(seed)
@@ -163,8 +169,9 @@ def _stage_delta(
         xb, xa = b.samples.get(stage), a.samples.get(stage)
         if m in NOISE_METRICS and xb is not None and xa is not None and len(xb) and len(xa):
             low, high = bootstrap_delta_ci(xb, xa, NOISE_METRICS[m], resamples, seed)
-            spreads = [s for s in (_spread(b_runs, stage, m), _spread(a_runs, stage, m))
-                       if s is not None]  # fmt: skip
+            spreads = [
+                s for s in (_spread(b_runs, stage, m), _spread(a_runs, stage, m)) if s is not None
+            ]
             spread = max(spreads) if spreads else None
             d = (after or 0.0) - (before or 0.0)
             exceeds = (low > 0 or high < 0) and (spread is None or abs(d) > spread)
@@ -174,18 +181,30 @@ def _stage_delta(
 
 
 def _side(m: RunMetrics) -> Side:
-    return Side(m.label, m.runs, m.requests, m.rps_request_time, m.rps_span, m.gpu_busy_ms,
-                m.gpu_utilization, m.views)  # fmt: skip
+    return Side(
+        m.label,
+        m.runs,
+        m.requests,
+        m.rps_request_time,
+        m.rps_span,
+        m.gpu_busy_ms,
+        m.gpu_utilization,
+        m.views,
+    )
 
 
-def _device_pairs(b: Sequence[DeviceBusy], a: Sequence[DeviceBusy]) -> list[tuple[str, DeviceBusy | None, DeviceBusy | None]]:  # fmt: skip
+def _device_pairs(
+    b: Sequence[DeviceBusy], a: Sequence[DeviceBusy]
+) -> list[tuple[str, DeviceBusy | None, DeviceBusy | None]]:
     bd = {d.device: d for d in b if d.device != "all"}
     ad = {d.device: d for d in a if d.device != "all"}
     pairs: list[tuple[str, DeviceBusy | None, DeviceBusy | None]]
     if bd.keys() != ad.keys() and len(bd) == len(ad):
         # Different device ids on each side (another machine): pair them in order.
-        pairs = [(f"{x} → {y}" if x != y else x, bd[x], ad[y])
-                 for x, y in zip(sorted(bd), sorted(ad), strict=True)]  # fmt: skip
+        pairs = [
+            (f"{x} → {y}" if x != y else x, bd[x], ad[y])
+            for x, y in zip(sorted(bd), sorted(ad), strict=True)
+        ]
     else:
         pairs = [(k, bd.get(k), ad.get(k)) for k in sorted(bd.keys() | ad.keys())]
     ball = next((d for d in b if d.device == "all"), None)
@@ -198,17 +217,25 @@ def _device_pairs(b: Sequence[DeviceBusy], a: Sequence[DeviceBusy]) -> list[tupl
 def _devices(b: RunMetrics, a: RunMetrics) -> tuple[DeviceDelta, ...]:
     out = []
     for label, x, y in _device_pairs(b.devices, a.devices):
-        out.append(DeviceDelta(
-            label,
-            _delta("busy_ms", x.busy_ms if x else 0.0, y.busy_ms if y else 0.0),
-            _delta("utilization", x.utilization if x else None, y.utilization if y else None),
-        ))  # fmt: skip
+        out.append(
+            DeviceDelta(
+                label,
+                _delta("busy_ms", x.busy_ms if x else 0.0, y.busy_ms if y else 0.0),
+                _delta("utilization", x.utilization if x else None, y.utilization if y else None),
+            )
+        )
     return tuple(out)
 
 
-def compare_metrics(b: RunMetrics, a: RunMetrics, b_runs: Sequence[RunMetrics] = (),
-                    a_runs: Sequence[RunMetrics] = (), resamples: int = RESAMPLES,
-                    seed: int = SEED, min_change: float = MIN_CHANGE) -> DiffResult:  # fmt: skip
+def compare_metrics(
+    b: RunMetrics,
+    a: RunMetrics,
+    b_runs: Sequence[RunMetrics] = (),
+    a_runs: Sequence[RunMetrics] = (),
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    min_change: float = MIN_CHANGE,
+) -> DiffResult:
     """The diff of two already-extracted sides."""
     from tracekit.compare.headline import headline
 
@@ -216,14 +243,23 @@ def compare_metrics(b: RunMetrics, a: RunMetrics, b_runs: Sequence[RunMetrics] =
     order = {"end_to_end": 0, "unattributed": 2}
     names.sort(key=lambda s: (order.get(s, 1), s))
     stages = tuple(_stage_delta(s, b, a, b_runs, a_runs, resamples, seed) for s in names)
-    k_unit = work_unit(b.gpu_work.requests, a.gpu_work.requests, b.gpu_work.span_ms,
-                       a.gpu_work.span_ms)  # fmt: skip
-    o_unit = work_unit(b.ops_work.requests, a.ops_work.requests, b.ops_work.span_ms,
-                       a.ops_work.span_ms)  # fmt: skip
-    kernels = diff_items(b.kernels, a.kernels, k_unit, [r.kernels for r in b_runs],
-                         [r.kernels for r in a_runs], min_change)  # fmt: skip
-    ops = diff_items(b.ops, a.ops, o_unit, [r.ops for r in b_runs], [r.ops for r in a_runs],
-                     min_change)  # fmt: skip
+    k_unit = work_unit(
+        b.gpu_work.requests, a.gpu_work.requests, b.gpu_work.span_ms, a.gpu_work.span_ms
+    )
+    o_unit = work_unit(
+        b.ops_work.requests, a.ops_work.requests, b.ops_work.span_ms, a.ops_work.span_ms
+    )
+    kernels = diff_items(
+        b.kernels,
+        a.kernels,
+        k_unit,
+        [r.kernels for r in b_runs],
+        [r.kernels for r in a_runs],
+        min_change,
+    )
+    ops = diff_items(
+        b.ops, a.ops, o_unit, [r.ops for r in b_runs], [r.ops for r in a_runs], min_change
+    )
     devices = _devices(b, a)
     return DiffResult(
         baseline=_side(b),
@@ -237,11 +273,11 @@ def compare_metrics(b: RunMetrics, a: RunMetrics, b_runs: Sequence[RunMetrics] =
         throughput=(
             _delta("rps_request_time", b.rps_request_time, a.rps_request_time),
             _delta("rps_span", b.rps_span, a.rps_span),
-        ),  # fmt: skip
+        ),
         gpu=(
             _delta("gpu_busy_ms", b.gpu_busy_ms, a.gpu_busy_ms),
             _delta("gpu_utilization", b.gpu_utilization, a.gpu_utilization),
-        ),  # fmt: skip
+        ),
         devices=devices,
         min_change=min_change,
         resamples=resamples,
@@ -249,10 +285,15 @@ def compare_metrics(b: RunMetrics, a: RunMetrics, b_runs: Sequence[RunMetrics] =
     )
 
 
-def diff_runs(baseline_paths: Sequence[str | Path], candidate_paths: Sequence[str | Path],
-              stage_rules: Sequence[StageRule] | None = None, refresh: bool = False,
-              resamples: int = RESAMPLES, seed: int = SEED,
-              min_change: float = MIN_CHANGE) -> DiffResult:  # fmt: skip
+def diff_runs(
+    baseline_paths: Sequence[str | Path],
+    candidate_paths: Sequence[str | Path],
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    min_change: float = MIN_CHANGE,
+) -> DiffResult:
     """Compare runs. Each path is a trace/store file, a run folder, or a folder of runs;
     several runs per side are pooled (see docs/diff-check.md)."""
     b_list = [r for p in baseline_paths for r in expand_runs(p)]

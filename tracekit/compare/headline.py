@@ -60,8 +60,10 @@ def _pct(v: float | None) -> str:
 def _stage_sentence(s: StageDelta) -> str:
     m, p50 = s.metric("mean_ms"), s.metric("p50_ms")
     rel = m.delta / m.before if m.delta is not None and m.before else None
-    return (f"Stage {s.stage}: mean {_ms(m.before or 0)} → {_ms(m.after or 0)} ms per request "
-            f"({_pct(rel)}, beyond noise; p50 {_ms(p50.before or 0)} → {_ms(p50.after or 0)} ms).")  # fmt: skip
+    return (
+        f"Stage {s.stage}: mean {_ms(m.before or 0)} → {_ms(m.after or 0)} ms per request "
+        f"({_pct(rel)}, beyond noise; p50 {_ms(p50.before or 0)} → {_ms(p50.after or 0)} ms)."
+    )
 
 
 def _unit_words(unit: Unit) -> str:
@@ -72,19 +74,32 @@ def _item_sentence(i: ItemDelta, kind: str, unit: Unit) -> str:
     what = f"{kind} {short_name(i.name)}" + (f" {i.shape}" if i.shape else "")
     per = _unit_words(unit)
     if i.status == "appeared":
-        return (f"{what} appeared: {i.after_count:,.0f} calls per run, {_ms(i.after_mean_ms or 0)} "
-                f"ms per call, adds {i.delta_per_unit_ms:+,.3f} ms {per}.")  # fmt: skip
+        return (
+            f"{what} appeared: {i.after_count:,.0f} calls per run, {_ms(i.after_mean_ms or 0)} "
+            f"ms per call, adds {i.delta_per_unit_ms:+,.3f} ms {per}."
+        )
     if i.status == "vanished":
-        return (f"{what} vanished: it took {_ms(i.before_ms)} ms per run "
-                f"({i.delta_per_unit_ms:+,.3f} ms {per}).")  # fmt: skip
+        return (
+            f"{what} vanished: it took {_ms(i.before_ms)} ms per run "
+            f"({i.delta_per_unit_ms:+,.3f} ms {per})."
+        )
     time = "self time " if kind == "Op" else ""
-    text = (f"{what}: {time}{_ms(i.before_mean_ms or 0)} → {_ms(i.after_mean_ms or 0)} ms per "
-            f"call ({_pct(i.per_call_change)}); at {i.after_count:,.0f} calls per run that is "
-            f"{i.time_part_ms:+,.3f} ms per run, {i.time_part_per_unit_ms:+,.3f} ms {per}")  # fmt: skip
+    text = (
+        f"{what}: {time}{_ms(i.before_mean_ms or 0)} → {_ms(i.after_mean_ms or 0)} ms per "
+        f"call ({_pct(i.per_call_change)}); at {i.after_count:,.0f} calls per run that is "
+        f"{i.time_part_ms:+,.3f} ms per run, {i.time_part_per_unit_ms:+,.3f} ms {per}"
+    )
     devs = [d for d in i.devices if d.before_mean_ms is not None and d.after_mean_ms is not None]
     if len(devs) > 1:
-        text += " (" + ", ".join(f"{d.device}: {_ms(d.before_mean_ms or 0)} → "
-                                 f"{_ms(d.after_mean_ms or 0)} ms per call" for d in devs) + ")"  # fmt: skip
+        text += (
+            " ("
+            + ", ".join(
+                f"{d.device}: {_ms(d.before_mean_ms or 0)} → "
+                f"{_ms(d.after_mean_ms or 0)} ms per call"
+                for d in devs
+            )
+            + ")"
+        )
     elif len(i.devices) == 1:
         text += f" (on {i.devices[0].device})"
     if i.beyond_noise:
@@ -94,34 +109,48 @@ def _item_sentence(i: ItemDelta, kind: str, unit: Unit) -> str:
         ci = f": 95% interval of the per-call change {i.ci_low_ms:+,.3f} to {i.ci_high_ms:+,.3f} ms"
     tail = ""
     if i.after_max_ms > 3 * (i.after_mean_ms or 0) or i.before_max_ms > 3 * (i.before_mean_ms or 0):
-        tail = (f"; a few long calls drive the mean (longest {_ms(i.before_max_ms)} → "
-                f"{_ms(i.after_max_ms)} ms)")  # fmt: skip
+        tail = (
+            f"; a few long calls drive the mean (longest {_ms(i.before_max_ms)} → "
+            f"{_ms(i.after_max_ms)} ms)"
+        )
     return text + f"; within noise{ci}{tail}."
 
 
-def _context(stages: Sequence[StageDelta], devices: Sequence[DeviceDelta],
-             k_unit: Unit, kernels: Sequence[ItemDelta]) -> str:  # fmt: skip
+def _context(
+    stages: Sequence[StageDelta],
+    devices: Sequence[DeviceDelta],
+    k_unit: Unit,
+    kernels: Sequence[ItemDelta],
+) -> str:
     e2e = next((s for s in stages if s.stage == "end_to_end"), None)
     if e2e is not None and e2e.before_count and e2e.after_count:
         m, p50 = e2e.metric("mean_ms"), e2e.metric("p50_ms")
         rel = m.delta / m.before if m.delta is not None and m.before else None
         verdict = "beyond noise" if m.noise and m.noise.exceeds else "within noise"
-        return (f"End-to-end: mean {_ms(m.before or 0)} → {_ms(m.after or 0)} ms per request "
-                f"({_pct(rel)}, {verdict}; p50 {_ms(p50.before or 0)} → {_ms(p50.after or 0)} ms) "
-                f"over {e2e.before_count} vs {e2e.after_count} requests.")  # fmt: skip
+        return (
+            f"End-to-end: mean {_ms(m.before or 0)} → {_ms(m.after or 0)} ms per request "
+            f"({_pct(rel)}, {verdict}; p50 {_ms(p50.before or 0)} → {_ms(p50.after or 0)} ms) "
+            f"over {e2e.before_count} vs {e2e.after_count} requests."
+        )
     allg = next((d for d in devices if d.device == "all"), None)
     if allg is not None and kernels:
         u = allg.utilization
-        util = (f"{(u.before or 0) * 100:.1f}% → {(u.after or 0) * 100:.1f}% of the trace span"
-                if u.before is not None and u.after is not None else "")  # fmt: skip
-        return (f"No requests: work compared per {k_unit.name} ({k_unit.before:,.3f} vs "
-                f"{k_unit.after:,.3f} s). Any GPU busy {util} ({_ms(allg.busy.before or 0)} → "
-                f"{_ms(allg.busy.after or 0)} ms per run).")  # fmt: skip
+        util = (
+            f"{(u.before or 0) * 100:.1f}% → {(u.after or 0) * 100:.1f}% of the trace span"
+            if u.before is not None and u.after is not None
+            else ""
+        )
+        return (
+            f"No requests: work compared per {k_unit.name} ({k_unit.before:,.3f} vs "
+            f"{k_unit.after:,.3f} s). Any GPU busy {util} ({_ms(allg.busy.before or 0)} → "
+            f"{_ms(allg.busy.after or 0)} ms per run)."
+        )
     return f"No requests and no GPU kernels: ops compared per {k_unit.name}."
 
 
-def _note(kernels: Sequence[ItemDelta], ops: Sequence[ItemDelta], named: int,
-          min_change: float) -> str:  # fmt: skip
+def _note(
+    kernels: Sequence[ItemDelta], ops: Sequence[ItemDelta], named: int, min_change: float
+) -> str:
     parts = []
     for kind, items in (("kernels", kernels), ("ops", ops)):
         if not items:
@@ -129,24 +158,37 @@ def _note(kernels: Sequence[ItemDelta], ops: Sequence[ItemDelta], named: int,
         same = sum(i.status == "same" for i in items)
         unsure = sum(i.status == "unsure" for i in items)
         changed = sum(i.status in ("slower", "faster", "appeared", "vanished") for i in items)
-        parts.append(f"{kind}: {changed} changed beyond noise, {unsure} unsure, {same} the same "
-                     f"per call (within {min_change * 100:g}% or noise)")  # fmt: skip
-        ratios = [i.after_count / i.before_count for i in items
-                  if i.before_count and i.after_count]  # fmt: skip
+        parts.append(
+            f"{kind}: {changed} changed beyond noise, {unsure} unsure, {same} the same "
+            f"per call (within {min_change * 100:g}% or noise)"
+        )
+        ratios = [i.after_count / i.before_count for i in items if i.before_count and i.after_count]
         if len(ratios) >= 3:
             med = statistics.median(ratios)
             if abs(med - 1) >= 0.02:
-                parts[-1] += (f"; calls per run ×{med:.2f} (median over {len(ratios)}): the "
-                              "candidate holds a different amount of work")  # fmt: skip
+                parts[-1] += (
+                    f"; calls per run ×{med:.2f} (median over {len(ratios)}): the "
+                    "candidate holds a different amount of work"
+                )
     text = "; ".join(parts)
     beyond = any(i.beyond_noise for i in (*kernels, *ops))
-    lead = "" if named else ("No large change beyond noise. " if beyond else "No change beyond noise. ")
-    return (lead + (text[0].upper() + text[1:] + ".") if text else lead.strip())
+    lead = (
+        ""
+        if named
+        else ("No large change beyond noise. " if beyond else "No change beyond noise. ")
+    )
+    return lead + (text[0].upper() + text[1:] + ".") if text else lead.strip()
 
 
-def headline(stages: Sequence[StageDelta], kernels: Sequence[ItemDelta],
-             ops: Sequence[ItemDelta], k_unit: Unit, o_unit: Unit,
-             devices: Sequence[DeviceDelta], min_change: float) -> Headline:  # fmt: skip
+def headline(
+    stages: Sequence[StageDelta],
+    kernels: Sequence[ItemDelta],
+    ops: Sequence[ItemDelta],
+    k_unit: Unit,
+    o_unit: Unit,
+    devices: Sequence[DeviceDelta],
+    min_change: float,
+) -> Headline:
     """The headline of a diff (see the module docstring)."""
     cands: list[tuple[float, str, bool]] = []
     staged = any(s.stage not in ("end_to_end", "unattributed") for s in stages)

@@ -111,16 +111,26 @@ def _devices(b: ItemStats | None, a: ItemStats | None) -> tuple[DeviceChange, ..
     out = []
     for d in sorted(bd.keys() | ad.keys()):
         cb, ca = bd.get(d), ad.get(d)
-        out.append(DeviceChange(d, cb.count if cb else 0.0, ca.count if ca else 0.0,
-                                cb.mean_ms if cb and cb.count else None,
-                                ca.mean_ms if ca and ca.count else None))  # fmt: skip
+        out.append(
+            DeviceChange(
+                d,
+                cb.count if cb else 0.0,
+                ca.count if ca else 0.0,
+                cb.mean_ms if cb and cb.count else None,
+                ca.mean_ms if ca and ca.count else None,
+            )
+        )
     return tuple(out)
 
 
-def compare_item(b: ItemStats | None, a: ItemStats | None, unit: Unit,
-                 b_runs: Sequence[Sequence[ItemStats]] = (),
-                 a_runs: Sequence[Sequence[ItemStats]] = (),
-                 min_change: float = MIN_CHANGE) -> ItemDelta:  # fmt: skip
+def compare_item(
+    b: ItemStats | None,
+    a: ItemStats | None,
+    unit: Unit,
+    b_runs: Sequence[Sequence[ItemStats]] = (),
+    a_runs: Sequence[Sequence[ItemStats]] = (),
+    min_change: float = MIN_CHANGE,
+) -> ItemDelta:
     """The per-call comparison of one item (either side may be missing)."""
     item = a if a is not None else b
     assert item is not None
@@ -155,36 +165,62 @@ def compare_item(b: ItemStats | None, a: ItemStats | None, unit: Unit,
         else:
             status = "slower" if dmean > 0 else "faster"
     return ItemDelta(
-        name=item.name, shape=item.shape, status=status, before_count=cb, after_count=ca,
-        before_ms=tb, after_ms=ta, before_mean_ms=mb, after_mean_ms=ma, delta_ms=ta - tb,
-        count_part_ms=count_part, time_part_ms=time_part,
+        name=item.name,
+        shape=item.shape,
+        status=status,
+        before_count=cb,
+        after_count=ca,
+        before_ms=tb,
+        after_ms=ta,
+        before_mean_ms=mb,
+        after_mean_ms=ma,
+        delta_ms=ta - tb,
+        count_part_ms=count_part,
+        time_part_ms=time_part,
         per_call_change=(dmean / mb) if mb and ma is not None else None,
-        ci_low_ms=ci[0] if ci else None, ci_high_ms=ci[1] if ci else None, spread_ms=spread,
-        beyond_noise=beyond or status in ("appeared", "vanished"), unit=unit.name,
-        delta_per_unit_ms=ta / ua - tb / ub, count_part_per_unit_ms=count_pu,
+        ci_low_ms=ci[0] if ci else None,
+        ci_high_ms=ci[1] if ci else None,
+        spread_ms=spread,
+        beyond_noise=beyond or status in ("appeared", "vanished"),
+        unit=unit.name,
+        delta_per_unit_ms=ta / ua - tb / ub,
+        count_part_per_unit_ms=count_pu,
         time_part_per_unit_ms=time_pu,
-        before_max_ms=b.max_ms if b else 0.0, after_max_ms=a.max_ms if a else 0.0,
+        before_max_ms=b.max_ms if b else 0.0,
+        after_max_ms=a.max_ms if a else 0.0,
         before_inclusive_ms=b.inclusive_ms if b else None,
         after_inclusive_ms=a.inclusive_ms if a else None,
         devices=_devices(b, a),
-    )  # fmt: skip
+    )
 
 
 ORDER = {"slower": 0, "faster": 0, "appeared": 0, "vanished": 0, "unsure": 0, "same": 1}
 
 
-def diff_items(before: Sequence[ItemStats], after: Sequence[ItemStats], unit: Unit,
-               b_runs: Sequence[Sequence[ItemStats]] = (),
-               a_runs: Sequence[Sequence[ItemStats]] = (),
-               min_change: float = MIN_CHANGE) -> tuple[ItemDelta, ...]:  # fmt: skip
+def diff_items(
+    before: Sequence[ItemStats],
+    after: Sequence[ItemStats],
+    unit: Unit,
+    b_runs: Sequence[Sequence[ItemStats]] = (),
+    a_runs: Sequence[Sequence[ItemStats]] = (),
+    min_change: float = MIN_CHANGE,
+) -> tuple[ItemDelta, ...]:
     """Match by (name, shape). Rows that moved per call (or appeared, vanished) first, by
     |per-call part per unit|; then the same-per-call rows by |Δtotal| (their change is calls)."""
     bmap = {(i.name, i.shape): i for i in before}
     amap = {(i.name, i.shape): i for i in after}
-    out = [compare_item(bmap.get(k), amap.get(k), unit, b_runs, a_runs, min_change)
-           for k in bmap.keys() | amap.keys()]  # fmt: skip
-    out.sort(key=lambda i: (ORDER[i.status], -abs(i.weight_ms if ORDER[i.status] == 0
-                                                   else i.delta_per_unit_ms), i.name, i.shape))
+    out = [
+        compare_item(bmap.get(k), amap.get(k), unit, b_runs, a_runs, min_change)
+        for k in bmap.keys() | amap.keys()
+    ]
+    out.sort(
+        key=lambda i: (
+            ORDER[i.status],
+            -abs(i.weight_ms if ORDER[i.status] == 0 else i.delta_per_unit_ms),
+            i.name,
+            i.shape,
+        )
+    )
     return tuple(out)
 
 

@@ -22,8 +22,17 @@ from tracekit.traceset import TraceSet, open_traces
 
 STAGE_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms", "share", "count")
 
-__all__ = ["STAGE_METRICS", "DeviceBusy", "ItemStats", "RunMetrics", "StageStats",
-           "expand_runs", "extract_run", "load_side", "pool"]  # fmt: skip
+__all__ = [
+    "STAGE_METRICS",
+    "DeviceBusy",
+    "ItemStats",
+    "RunMetrics",
+    "StageStats",
+    "expand_runs",
+    "extract_run",
+    "load_side",
+    "pool",
+]
 
 
 @dataclass(frozen=True)
@@ -225,9 +234,12 @@ def _busy(rows: list[dict[str, Any]], multi_trace: bool) -> tuple[DeviceBusy, ..
     return tuple(DeviceBusy(d, acc[d][0], acc[d][1]) for d in order)
 
 
-def extract_run(views: RunViews, label: str = "",
-                stage_rules: Sequence[StageRule] | None = None,
-                refresh: bool = False) -> RunMetrics:  # fmt: skip
+def extract_run(
+    views: RunViews,
+    label: str = "",
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+) -> RunMetrics:
     """Metrics of one run, each group of figures read from the run's view for it."""
     opened: dict[tuple[Path, ...], TraceSet] = {}
 
@@ -268,8 +280,9 @@ def extract_run(views: RunViews, label: str = "",
 
 
 def _mean_calls(cs: Sequence[Calls], n: int) -> Calls:
-    return Calls(sum(c.count for c in cs) / n, sum(c.total_ms for c in cs) / n,
-                 sum(c.sq_ms2 for c in cs) / n)  # fmt: skip
+    return Calls(
+        sum(c.count for c in cs) / n, sum(c.total_ms for c in cs) / n, sum(c.sq_ms2 for c in cs) / n
+    )
 
 
 def _pool_items(per_run: Sequence[tuple[ItemStats, ...]], n: int) -> tuple[ItemStats, ...]:
@@ -284,11 +297,16 @@ def _pool_items(per_run: Sequence[tuple[ItemStats, ...]], n: int) -> tuple[ItemS
             for d, c in i.devices:
                 devs[d].append(c)
         incl = [i.inclusive_ms for i in its if i.inclusive_ms is not None]
-        out.append(ItemStats(
-            name, shape, _mean_calls([i.calls for i in its], n), max(i.max_ms for i in its),
-            sum(incl) / n if incl else None,
-            tuple((d, _mean_calls(c, n)) for d, c in sorted(devs.items())),
-        ))  # fmt: skip
+        out.append(
+            ItemStats(
+                name,
+                shape,
+                _mean_calls([i.calls for i in its], n),
+                max(i.max_ms for i in its),
+                sum(incl) / n if incl else None,
+                tuple((d, _mean_calls(c, n)) for d, c in sorted(devs.items())),
+            )
+        )
     out.sort(key=lambda i: (-i.total_ms, i.name, i.shape))
     return tuple(out)
 
@@ -304,8 +322,12 @@ def _pool_busy(per_run: Sequence[tuple[DeviceBusy, ...]], n: int) -> tuple[Devic
     return tuple(DeviceBusy(d, acc[d][0] / n, acc[d][1] / n) for d in order)
 
 
-def pool(runs: Sequence[RunMetrics], label: str, stages: tuple[StageStats, ...],
-         samples: dict[str, np.ndarray]) -> RunMetrics:  # fmt: skip
+def pool(
+    runs: Sequence[RunMetrics],
+    label: str,
+    stages: tuple[StageStats, ...],
+    samples: dict[str, np.ndarray],
+) -> RunMetrics:
     """One side from its runs: sums of requests, means per run of everything else; stage
     statistics (over all requests of all runs) are computed by the caller in SQL."""
     n = len(runs)
@@ -321,18 +343,24 @@ def pool(runs: Sequence[RunMetrics], label: str, stages: tuple[StageStats, ...],
         gpu_busy_ms=sum(m.gpu_busy_ms for m in runs) / n,
         gpu_devices=max(m.gpu_devices for m in runs),
         devices=_pool_busy([m.devices for m in runs], n),
-        gpu_work=Work(sum(m.gpu_work.requests for m in runs) / n,
-                      sum(m.gpu_work.span_ms for m in runs) / n),  # fmt: skip
-        ops_work=Work(sum(m.ops_work.requests for m in runs) / n,
-                      sum(m.ops_work.span_ms for m in runs) / n),  # fmt: skip
+        gpu_work=Work(
+            sum(m.gpu_work.requests for m in runs) / n, sum(m.gpu_work.span_ms for m in runs) / n
+        ),
+        ops_work=Work(
+            sum(m.ops_work.requests for m in runs) / n, sum(m.ops_work.span_ms for m in runs) / n
+        ),
         views=tuple(v for m in runs for v in m.views),
         samples=samples,
     )
 
 
-def load_side(runs: Sequence[str | Path], label: str = "",
-              stage_rules: Sequence[StageRule] | None = None, refresh: bool = False,
-              per_run: bool = True) -> tuple[RunMetrics, tuple[RunMetrics, ...]]:  # fmt: skip
+def load_side(
+    runs: Sequence[str | Path],
+    label: str = "",
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+    per_run: bool = True,
+) -> tuple[RunMetrics, tuple[RunMetrics, ...]]:
     """(pooled metrics over all `runs`, per-run metrics when there are several runs).
 
     Each run counts once: of a run seen by nsys and Kineto, requests and stages come from one

@@ -86,38 +86,60 @@ def chart(d: DiffResult) -> ChartGeom | None:
     half = (W - LABEL_W) / 2 - 90
     zero = LABEL_W + (W - LABEL_W) / 2
     bars = []
-    for k, (kind, i, unit) in enumerate(items):
+    for k, (kind, i, per) in enumerate(items):
         w = abs(i.weight_ms) / top * half
         right = i.weight_ms > 0
         x = zero if right else zero - w
         full = f"{kind} {i.name}" + (f" {i.shape}" if i.shape else "")
-        bars.append(Bar(
-            y=TOP + k * ROW_H, x=x, w=max(w, 1.0), fill=SLOWER if right else FASTER,
-            opacity=0.45 if i.status == "unsure" else 1.0,
-            label=f"{kind} {short_name(i.name, 44)}", value=f"{i.weight_ms:+,.3f} ms",
-            value_x=(x + w + 4) if right else (x - 4), value_anchor="start" if right else "end",
-            title=f"{full}: {i.status}, {i.weight_ms:+,.3f} ms per {unit}",
-        ))  # fmt: skip
-    title = (f"Largest changes: ms per {' / '.join(units)} added by the per-call change "
-             "(orange slower, purple faster, pale: within noise)")  # fmt: skip
+        bars.append(
+            Bar(
+                y=TOP + k * ROW_H,
+                x=x,
+                w=max(w, 1.0),
+                fill=SLOWER if right else FASTER,
+                opacity=0.45 if i.status == "unsure" else 1.0,
+                label=f"{kind} {short_name(i.name, 44)}",
+                value=f"{i.weight_ms:+,.3f} ms",
+                value_x=(x + w + 4) if right else (x - 4),
+                value_anchor="start" if right else "end",
+                title=f"{full}: {i.status}, {i.weight_ms:+,.3f} ms per {per}",
+            )
+        )
+    title = (
+        f"Largest changes: ms per {' / '.join(units)} added by the per-call change "
+        "(orange slower, purple faster, pale: within noise)"
+    )
     return ChartGeom(title, W, TOP * 2 + ROW_H * len(bars), zero, tuple(bars))
 
 
-def build_page(d: DiffResult, sections: Sequence[Section], heading: str,
-               views: Sequence[str], unit_line: str) -> DiffPage:  # fmt: skip
+def build_page(
+    d: DiffResult, sections: Sequence[Section], heading: str, views: Sequence[str], unit_line: str
+) -> DiffPage:
     text, digest = _script()
     h = d.headline
-    return DiffPage(h.context, h.entries, h.note, heading, tuple(views), unit_line, chart(d),
-                    tuple(sections), text, digest)  # fmt: skip
+    return DiffPage(
+        h.context,
+        h.entries,
+        h.note,
+        heading,
+        tuple(views),
+        unit_line,
+        chart(d),
+        tuple(sections),
+        text,
+        digest,
+    )
 
 
-def render_page(d: DiffResult, sections: Sequence[Section], heading: str,
-                views: Sequence[str], unit_line: str) -> str:  # fmt: skip
+def render_page(
+    d: DiffResult, sections: Sequence[Section], heading: str, views: Sequence[str], unit_line: str
+) -> str:
     import jinja2
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("tracekit.templates", "."),
-        autoescape=True, undefined=jinja2.StrictUndefined,
-    )  # fmt: skip
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
     page = build_page(d, sections, heading, views, unit_line)
     return env.get_template("diff.html.j2").render(page=page)

@@ -101,13 +101,30 @@ def _stage_section(d: DiffResult) -> Section:
     rows = []
     for s in d.stages:
         for m in s.metrics:
-            rows.append((Cell(s.stage, s.stage, name=True), Cell(m.metric), _n(m.before),
-                         _n(m.after), _n(m.delta, signed=True),
-                         Cell(_pct(_rel(m)), repr(_rel(m) or 0.0)), Cell(_noise(m))))  # fmt: skip
-    cols = (("stage", False), ("metric", False), ("before", True), ("after", True),
-            ("delta", True), ("change", True), ("noise", False))  # fmt: skip
-    note = ("Per request, in ms. `end_to_end` is the request's duration, `unattributed` the "
-            "part no stage covers.")  # fmt: skip
+            rows.append(
+                (
+                    Cell(s.stage, s.stage, name=True),
+                    Cell(m.metric),
+                    _n(m.before),
+                    _n(m.after),
+                    _n(m.delta, signed=True),
+                    Cell(_pct(_rel(m)), repr(_rel(m) or 0.0)),
+                    Cell(_noise(m)),
+                )
+            )
+    cols = (
+        ("stage", False),
+        ("metric", False),
+        ("before", True),
+        ("after", True),
+        ("delta", True),
+        ("change", True),
+        ("noise", False),
+    )
+    note = (
+        "Per request, in ms. `end_to_end` is the request's duration, `unattributed` the "
+        "part no stage covers."
+    )
     return Section("stages", "Stages (ms per request)", cols, tuple(rows), note)
 
 
@@ -116,15 +133,29 @@ def _gpu_section(d: DiffResult) -> Section:
     for dev in d.devices:
         label = "any GPU (union over devices)" if dev.device == "all" else dev.device
         u = dev.utilization
-        rows.append((Cell(label), _n(dev.busy.before), _n(dev.busy.after),
-                     _n(dev.busy.delta, signed=True),
-                     Cell(_num_pct(u.before), repr(u.before or 0.0)),
-                     Cell(_num_pct(u.after), repr(u.after or 0.0))))  # fmt: skip
-    cols = (("device", False), ("busy ms before", True), ("busy ms after", True),
-            ("delta ms", True), ("busy share before", True), ("busy share after", True))  # fmt: skip
-    note = ("GPU busy of a device = length of the union of its kernel, memcpy and memset "
-            "intervals (streams overlap: never a plain sum), per run; share = busy / trace span. "
-            "'any GPU' is the union over all devices together (the report's figure), not a sum.")  # fmt: skip
+        rows.append(
+            (
+                Cell(label),
+                _n(dev.busy.before),
+                _n(dev.busy.after),
+                _n(dev.busy.delta, signed=True),
+                Cell(_num_pct(u.before), repr(u.before or 0.0)),
+                Cell(_num_pct(u.after), repr(u.after or 0.0)),
+            )
+        )
+    cols = (
+        ("device", False),
+        ("busy ms before", True),
+        ("busy ms after", True),
+        ("delta ms", True),
+        ("busy share before", True),
+        ("busy share after", True),
+    )
+    note = (
+        "GPU busy of a device = length of the union of its kernel, memcpy and memset "
+        "intervals (streams overlap: never a plain sum), per run; share = busy / trace span. "
+        "'any GPU' is the union over all devices together (the report's figure), not a sum."
+    )
     return Section("gpu", "GPU busy per device", cols, tuple(rows), note)
 
 
@@ -133,10 +164,20 @@ def _num_pct(v: float | None) -> str:
 
 
 def _throughput_section(d: DiffResult) -> Section:
-    labels = {"rps_request_time": "requests/s (of summed request time)",
-              "rps_span": "requests/s (of trace span)"}  # fmt: skip
-    rows = tuple((Cell(labels[m.metric]), _n(m.before), _n(m.after), _n(m.delta, signed=True),
-                  Cell(_pct(_rel(m)), repr(_rel(m) or 0.0))) for m in d.throughput)  # fmt: skip
+    labels = {
+        "rps_request_time": "requests/s (of summed request time)",
+        "rps_span": "requests/s (of trace span)",
+    }
+    rows = tuple(
+        (
+            Cell(labels[m.metric]),
+            _n(m.before),
+            _n(m.after),
+            _n(m.delta, signed=True),
+            Cell(_pct(_rel(m)), repr(_rel(m) or 0.0)),
+        )
+        for m in d.throughput
+    )
     cols = (("", False), ("before", True), ("after", True), ("delta", True), ("change", True))
     return Section("throughput", "Throughput", cols, rows if d.baseline.requests else ())
 
@@ -152,20 +193,37 @@ def _item_section(items: tuple[ItemDelta, ...], unit: Unit, kind: str, shape: bo
         row = [Cell(i.status), Cell(short, i.name, i.name if short != i.name else "", True)]
         if shape:
             row.append(Cell(short_name(i.shape, 40), i.shape, i.shape, True))
-        row += [_n(i.before_count, 1), _n(i.after_count, 1), _n(i.before_mean_ms, 4),
-                _n(i.after_mean_ms, 4), Cell(_pct(i.per_call_change), repr(i.per_call_change or 0.0)),
-                _n(i.delta_ms, signed=True), _n(i.count_part_ms, signed=True),
-                _n(i.time_part_ms, signed=True), _n(i.weight_ms, signed=True)]  # fmt: skip
+        row += [
+            _n(i.before_count, 1),
+            _n(i.after_count, 1),
+            _n(i.before_mean_ms, 4),
+            _n(i.after_mean_ms, 4),
+            Cell(_pct(i.per_call_change), repr(i.per_call_change or 0.0)),
+            _n(i.delta_ms, signed=True),
+            _n(i.count_part_ms, signed=True),
+            _n(i.time_part_ms, signed=True),
+            _n(i.weight_ms, signed=True),
+        ]
         rows.append(tuple(row))
     cols = [("change", False), (kind, False)] + ([("shape", False)] if shape else [])
-    cols += [("calls before", True), ("calls after", True), ("ms/call before", True),
-             ("ms/call after", True), ("per call", True), ("Δ total ms", True),
-             ("from calls", True), ("from ms/call", True), (f"ms {unit.label}", True)]  # fmt: skip
+    cols += [
+        ("calls before", True),
+        ("calls after", True),
+        ("ms/call before", True),
+        ("ms/call after", True),
+        ("per call", True),
+        ("Δ total ms", True),
+        ("from calls", True),
+        ("from ms/call", True),
+        (f"ms {unit.label}", True),
+    ]
     what = "self time" if kind == "op" else "time"
-    note = (f"Per run; {what} per call. Δ total = from calls (Δcalls × ms/call before) + from "
-            f"ms/call (calls after × Δms/call). Ranked by what the per-call change adds "
-            f"{unit.label} (last column; the whole change for rows that appeared or vanished). "
-            f"{len(items) - min(len(items), TOP_ITEMS)} more rows in --format json.")  # fmt: skip
+    note = (
+        f"Per run; {what} per call. Δ total = from calls (Δcalls × ms/call before) + from "
+        f"ms/call (calls after × Δms/call). Ranked by what the per-call change adds "
+        f"{unit.label} (last column; the whole change for rows that appeared or vanished). "
+        f"{len(items) - min(len(items), TOP_ITEMS)} more rows in --format json."
+    )
     title = f"{kind.capitalize()}s compared per call"
     return Section(f"{kind}s", title, tuple(cols), tuple(rows), note)
 
@@ -187,14 +245,19 @@ def _heading(d: DiffResult) -> str:
 
 
 def _views(d: DiffResult) -> list[str]:
-    return [f"{side}: {v}" for side, s in (("baseline", d.baseline), ("candidate", d.candidate))
-            for v in s.views]  # fmt: skip
+    return [
+        f"{side}: {v}"
+        for side, s in (("baseline", d.baseline), ("candidate", d.candidate))
+        for v in s.views
+    ]
 
 
 def _unit_line(d: DiffResult) -> str:
     k, o = d.kernels_unit, d.ops_unit
-    return (f"Work compared per {k.name} for kernels ({k.before:,.3f} vs {k.after:,.3f} per run)"
-            f" and per {o.name} for ops ({o.before:,.3f} vs {o.after:,.3f} per run).")  # fmt: skip
+    return (
+        f"Work compared per {k.name} for kernels ({k.before:,.3f} vs {k.after:,.3f} per run)"
+        f" and per {o.name} for ops ({o.before:,.3f} vs {o.after:,.3f} per run)."
+    )
 
 
 def render_md(d: DiffResult) -> str:
@@ -231,8 +294,10 @@ def render_table(d: DiffResult) -> str:
         widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
         right = [num for _, num in sec.columns]
         for k, r in enumerate(cells):
-            line = "  ".join(c.rjust(w) if right[i] and k else c.ljust(w)
-                             for i, (c, w) in enumerate(zip(r, widths, strict=True)))  # fmt: skip
+            line = "  ".join(
+                c.rjust(w) if right[i] and k else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
             out.append(line.rstrip())
             if k == 0:
                 out.append("  ".join("-" * w for w in widths))
@@ -270,5 +335,6 @@ def render_html(d: DiffResult) -> str:
 
 def render(d: DiffResult, fmt: str) -> str:
     """Render in one of RENDER_FORMATS."""
-    return {"md": render_md, "json": render_json, "table": render_table,
-            "html": render_html}[fmt](d)  # fmt: skip
+    return {"md": render_md, "json": render_json, "table": render_table, "html": render_html}[fmt](
+        d
+    )

@@ -35,8 +35,11 @@ class RunViews:
         if not self.paired:
             return f"{self.run.name}: all figures from {_names(self.run, self.requests)}"
         groups: dict[tuple[Path, ...], list[str]] = {}
-        for what, files in (("requests and stages", self.requests),
-                            ("kernels and GPU busy", self.gpu), ("CPU ops", self.ops)):  # fmt: skip
+        for what, files in (
+            ("requests and stages", self.requests),
+            ("kernels and GPU busy", self.gpu),
+            ("CPU ops", self.ops),
+        ):
             groups.setdefault(files, []).append(what)
         parts = [f"{', '.join(w)} from {_names(self.run, f)}" for f, w in groups.items()]
         return f"{self.run.name} (one capture, two tools; counted once): {'; '.join(parts)}"
@@ -73,8 +76,7 @@ def expand_runs(path: str | Path) -> list[Path]:
     return runs
 
 
-def _facts(trace: Path, stage_rules: Sequence[StageRule] | None,
-           refresh: bool) -> dict[str, Any]:  # fmt: skip
+def _facts(trace: Path, stage_rules: Sequence[StageRule] | None, refresh: bool) -> dict[str, Any]:
     with open_traces([trace], stage_rules=stage_rules, refresh=refresh) as ts:
         rows = ts.query("compare_gpu_busy").to_dicts()
     return {
@@ -85,8 +87,9 @@ def _facts(trace: Path, stage_rules: Sequence[StageRule] | None,
     }
 
 
-def run_views(run: Path, stage_rules: Sequence[StageRule] | None = None,
-              refresh: bool = False) -> RunViews:  # fmt: skip
+def run_views(
+    run: Path, stage_rules: Sequence[StageRule] | None = None, refresh: bool = False
+) -> RunViews:
     """The views of one run (see the module docstring for the choice)."""
     traces = tuple(find_traces(run)) if run.is_dir() else (run,)
     if len(traces) != 2:
