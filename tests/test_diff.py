@@ -69,14 +69,13 @@ def test_hta_kernel_deltas_match_json_pass(hta_pair: tuple[Path, Path]) -> None:
             assert i.status == "same", (i.name, i.status)
     statuses = {i.status for i in result.kernels}
     assert {"slower", "faster", "appeared", "vanished", "same"} <= statuses
-    # Ops are compared on self time; their inclusive totals are kept too.
-    ops_b = json_calls(control, "cpu_op", True)
-    assert {(i.name, i.shape) for i in result.ops} >= ops_b.keys()
+    # Ops: inclusive time per call, by name and shape.
+    ops_b, ops_a = json_calls(control, "cpu_op", True), json_calls(test, "cpu_op", True)
+    assert {(i.name, i.shape) for i in result.ops} == ops_b.keys() | ops_a.keys()
     for i in result.ops:
-        b = ops_b.get((i.name, i.shape), [])
-        assert i.before_count == len(b)
-        if b:
-            assert i.before_inclusive_ms == pytest.approx(sum(b), abs=1e-6)
+        b, a = ops_b.get((i.name, i.shape), []), ops_a.get((i.name, i.shape), [])
+        assert (i.before_count, i.after_count) == (len(b), len(a))
+        assert i.delta_ms == pytest.approx(sum(a) - sum(b), abs=1e-6)
 
 
 @needs_shared

@@ -208,9 +208,20 @@ def test_mfu_headline_names_sendrecv_and_not_flash(mfu: tuple[Path, Path]) -> No
     assert abs(flash.count_part_ms) > 30 * abs(flash.time_part_ms)
     assert not any("flash" in e for e in d.headline.entries)
     assert d.kernels[0].name.startswith("ncclDevKernel_SendRecv")  # ranked per call
-    assert "calls per run ×0.90" in d.headline.note
+    assert "calls per s of trace span ×0.90" in d.headline.note
     table = render(d, "table")
     assert table.splitlines()[1].lstrip().startswith("* Kernel ncclDevKernel_SendRecv")
+
+
+@needs_mfu
+def test_mfu_per_iteration_range(mfu: tuple[Path, Path]) -> None:
+    d = diff_runs([mfu[0]], [mfu[1]], per="ncclGroupStart")
+    assert d.kernels_unit == Unit("'ncclGroupStart' range", 66, 60)
+    send = d.kernels[0]
+    assert send.time_part_per_unit_ms == pytest.approx(send.time_part_ms / 60)
+    assert "×0.99 per 'ncclGroupStart' range" in d.headline.note
+    r = CliRunner().invoke(main, ["diff", str(mfu[0]), str(mfu[1]), "--per", "nope"])
+    assert r.exit_code == 2 and r.stderr.startswith("Error: --per 'nope': the baseline has no")
 
 
 # --- a run folder: one capture, two tools, counted once -------------------------------------
@@ -288,7 +299,7 @@ def test_md_cell_is_inert() -> None:
     for name in HOSTILE:
         cell = md_cell(name)
         assert "<" not in cell and ">" not in cell and "\n" not in cell and "\r" not in cell
-        assert "](" not in cell and "![" not in cell
+        assert "![" not in cell and not _bare(cell, "[]")
         assert all(cell[i - 1] == "\\" for i, ch in enumerate(cell) if ch in "|[]`*_")
 
 
@@ -324,7 +335,8 @@ def test_hostile_names_escaped_in_every_format(tmp_path: Path) -> None:
     d = diff_runs([base], [cand])
     assert {k.name for k in d.kernels} == set(HOSTILE)
     md = render(d, "md")
-    assert "<script" not in md and "<img" not in md and "](http" not in md
+    assert "<script" not in md and "<img" not in md and "![" not in md
+    assert "\\[click\\](http" in md and not _bare(md, "[]`")
     assert "&lt;script&gt;" in md
     lines = md.splitlines()
     at = lines.index("## Kernels compared per call")
@@ -348,6 +360,16 @@ def test_md_table_rows_intact_for_hostile_names() -> None:
     # Unescaped pipes are the cell separators only.
     cells = [c for c in _split_unescaped(row)]
     assert len(cells) == len(HOSTILE) + 2
+
+
+def _bare(text: str, chars: str) -> bool:
+    """Whether any of `chars` occurs without a backslash escape."""
+    esc = False
+    for ch in text:
+        if ch in chars and not esc:
+            return True
+        esc = ch == "\\" and not esc
+    return False
 
 
 def _split_unescaped(row: str) -> list[str]:

@@ -235,6 +235,7 @@ def compare_metrics(
     resamples: int = RESAMPLES,
     seed: int = SEED,
     min_change: float = MIN_CHANGE,
+    per: str | None = None,
 ) -> DiffResult:
     """The diff of two already-extracted sides."""
     from tracekit.compare.headline import headline
@@ -243,12 +244,8 @@ def compare_metrics(
     order = {"end_to_end": 0, "unattributed": 2}
     names.sort(key=lambda s: (order.get(s, 1), s))
     stages = tuple(_stage_delta(s, b, a, b_runs, a_runs, resamples, seed) for s in names)
-    k_unit = work_unit(
-        b.gpu_work.requests, a.gpu_work.requests, b.gpu_work.span_ms, a.gpu_work.span_ms
-    )
-    o_unit = work_unit(
-        b.ops_work.requests, a.ops_work.requests, b.ops_work.span_ms, a.ops_work.span_ms
-    )
+    k_unit = work_unit(b.gpu_work, a.gpu_work, per)
+    o_unit = work_unit(b.ops_work, a.ops_work, per)
     kernels = diff_items(
         b.kernels,
         a.kernels,
@@ -293,14 +290,16 @@ def diff_runs(
     resamples: int = RESAMPLES,
     seed: int = SEED,
     min_change: float = MIN_CHANGE,
+    per: str | None = None,
 ) -> DiffResult:
     """Compare runs. Each path is a trace/store file, a run folder, or a folder of runs;
-    several runs per side are pooled (see docs/diff-check.md)."""
+    several runs per side are pooled (see docs/diff-check.md). Ops and kernels are compared
+    per request, per occurrence of the range `per` when given, else per second of span."""
     b_list = [r for p in baseline_paths for r in expand_runs(p)]
     a_list = [r for p in candidate_paths for r in expand_runs(p)]
-    b, b_runs = load_side(b_list, _label(b_list), stage_rules, refresh)
-    a, a_runs = load_side(a_list, _label(a_list), stage_rules, refresh)
-    return compare_metrics(b, a, b_runs, a_runs, resamples, seed, min_change)
+    b, b_runs = load_side(b_list, _label(b_list), stage_rules, refresh, per=per)
+    a, a_runs = load_side(a_list, _label(a_list), stage_rules, refresh, per=per)
+    return compare_metrics(b, a, b_runs, a_runs, resamples, seed, min_change, per)
 
 
 def _run_name(run: Path) -> str:

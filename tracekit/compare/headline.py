@@ -20,6 +20,7 @@ from tracekit.compare.items import ItemDelta, Unit
 MAX_ENTRIES = 3
 KEEP_FRACTION = 0.1
 MAX_NAME = 90
+NESTED_MATCH = 0.1
 
 
 def _strip_args(s: str) -> str:
@@ -71,7 +72,7 @@ def _unit_words(unit: Unit) -> str:
 
 
 def _item_sentence(i: ItemDelta, kind: str, unit: Unit) -> str:
-    what = f"{kind} {short_name(i.name)}" + (f" {i.shape}" if i.shape else "")
+    what = f"{kind} {short_name(i.name)}" + (f" {short_name(i.shape, 40)}" if i.shape else "")
     per = _unit_words(unit)
     if i.status == "appeared":
         return (
@@ -83,9 +84,8 @@ def _item_sentence(i: ItemDelta, kind: str, unit: Unit) -> str:
             f"{what} vanished: it took {_ms(i.before_ms)} ms per run "
             f"({i.delta_per_unit_ms:+,.3f} ms {per})."
         )
-    time = "self time " if kind == "Op" else ""
     text = (
-        f"{what}: {time}{_ms(i.before_mean_ms or 0)} → {_ms(i.after_mean_ms or 0)} ms per "
+        f"{what}: {_ms(i.before_mean_ms or 0)} → {_ms(i.after_mean_ms or 0)} ms per "
         f"call ({_pct(i.per_call_change)}); at {i.after_count:,.0f} calls per run that is "
         f"{i.time_part_ms:+,.3f} ms per run, {i.time_part_per_unit_ms:+,.3f} ms {per}"
     )
@@ -141,18 +141,28 @@ def _context(
             else ""
         )
         return (
-            f"No requests: work compared per {k_unit.name} ({k_unit.before:,.3f} vs "
-            f"{k_unit.after:,.3f} s). Any GPU busy {util} ({_ms(allg.busy.before or 0)} → "
+            f"No requests: work compared per {k_unit.name} ({_amount(k_unit)}). "
+            f"Any GPU busy {util} ({_ms(allg.busy.before or 0)} → "
             f"{_ms(allg.busy.after or 0)} ms per run)."
         )
     return f"No requests and no GPU kernels: ops compared per {k_unit.name}."
 
 
+def _amount(u: Unit) -> str:
+    if u.name.startswith("s "):
+        return f"spans {u.before:,.3f} vs {u.after:,.3f} s"
+    return f"{u.before:,.0f} vs {u.after:,.0f} per run"
+
+
 def _note(
-    kernels: Sequence[ItemDelta], ops: Sequence[ItemDelta], named: int, min_change: float
+    kernels: Sequence[ItemDelta],
+    ops: Sequence[ItemDelta],
+    named: int,
+    min_change: float,
+    units: tuple[Unit, Unit],
 ) -> str:
     parts = []
-    for kind, items in (("kernels", kernels), ("ops", ops)):
+    for kind, items, unit in (("kernels", kernels, units[0]), ("ops", ops, units[1])):
         if not items:
             continue
         same = sum(i.status == "same" for i in items)
@@ -162,14 +172,22 @@ def _note(
             f"{kind}: {changed} changed beyond noise, {unsure} unsure, {same} the same "
             f"per call (within {min_change * 100:g}% or noise)"
         )
-        ratios = [i.after_count / i.before_count for i in items if i.before_count and i.after_count]
-        if len(ratios) >= 3:
-            med = statistics.median(ratios)
-            if abs(med - 1) >= 0.02:
-                parts[-1] += (
-                    f"; calls per run ×{med:.2f} (median over {len(ratios)}): the "
-                    "candidate holds a different amount of work"
-                )
+        both = [i for i in items if i.before_count and i.after_count]
+        if len(both) < 3:
+            continue
+        raw = statistics.median(i.after_count / i.before_count for i in both)
+        scale = (unit.before or 1.0) / (unit.after or 1.0)
+        per = statistics.median(i.after_count / i.before_count * scale for i in both)
+        if abs(per - 1) >= 0.02:
+            parts[-1] += (
+                f"; calls per {unit.name} ×{per:.2f} (median over {len(both)} {kind}): "
+                f"the sides hold different work per {unit.name}"
+            )
+        elif abs(raw - 1) >= 0.02:
+            parts[-1] += (
+                f"; calls per run ×{raw:.2f} but ×{per:.2f} per {unit.name} (median over "
+                f"{len(both)} {kind}): the same work per {unit.name}, more or fewer of them"
+            )
     text = "; ".join(parts)
     beyond = any(i.beyond_noise for i in (*kernels, *ops))
     lead = (
@@ -178,6 +196,24 @@ def _note(
         else ("No large change beyond noise. " if beyond else "No change beyond noise. ")
     )
     return lead + (text[0].upper() + text[1:] + ".") if text else lead.strip()
+
+
+def _outermost(ops: Sequence[ItemDelta]) -> list[ItemDelta]:
+    """Ops without the likely children of a larger one: an op nested in another (aten::item
+    around aten::_local_scalar_dense) has the same calls and nearly the same change, and
+    would name one change twice. Of ops with equal calls whose per-call part is within
+    NESTED_MATCH of each other, the one with the longer time per call (the parent) stays."""
+    kept: list[ItemDelta] = []
+    for i in sorted(ops, key=lambda x: -(x.after_mean_ms or x.before_mean_ms or 0.0)):
+        if any(
+            k.before_count == i.before_count
+            and k.after_count == i.after_count
+            and abs(k.weight_ms - i.weight_ms) <= NESTED_MATCH * abs(k.weight_ms)
+            for k in kept
+        ):
+            continue
+        kept.append(i)
+    return kept
 
 
 def headline(
@@ -200,11 +236,15 @@ def headline(
             continue
         if m.noise.exceeds and abs(m.delta) >= min_change * m.before:
             cands.append((m.delta, _stage_sentence(s), True))
-    for kind, items, unit in (("Kernel", kernels, k_unit), ("Op", ops, o_unit)):
+    groups: tuple[tuple[str, Sequence[ItemDelta], Unit], ...] = (
+        ("Kernel", kernels, k_unit),
+        ("Op", _outermost(ops), o_unit),
+    )
+    for kind, items, unit in groups:
         for i in items:
             if i.status in ("slower", "faster", "unsure", "appeared", "vanished"):
                 cands.append((i.weight_ms, _item_sentence(i, kind, unit), i.beyond_noise))
     cands.sort(key=lambda c: -abs(c[0]))
     entries = [c for c in cands[:MAX_ENTRIES] if abs(c[0]) >= KEEP_FRACTION * abs(cands[0][0])]
-    note = _note(kernels, ops, any(c[2] for c in entries), min_change)
+    note = _note(kernels, ops, any(c[2] for c in entries), min_change, (k_unit, o_unit))
     return Headline(_context(stages, devices, k_unit, kernels), tuple(c[1] for c in entries), note)

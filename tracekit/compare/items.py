@@ -1,6 +1,6 @@
 """Ops and kernels compared per call, with the change split into "more calls" and "slower calls".
 
-For each item (an op by name and input shapes, compared on self time; a kernel by name):
+For each item (an op by name and input shapes, on inclusive time; a kernel by name):
 count, total and mean per call on both sides (per run), and
 
     Δtotal = Δcount · mean_before  +  count_after · Δmean      (exact)
@@ -23,7 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracekit.compare.metrics import Calls, ItemStats
+from tracekit.compare.metrics import Calls, ItemStats, Work
+from tracekit.errors import ConfigError
 
 MIN_CHANGE = 0.02
 Z95 = 1.959963984540054
@@ -33,7 +34,7 @@ Z95 = 1.959963984540054
 class Unit:
     """The unit of work items are normalized by, with how many each side holds per run."""
 
-    name: str  # "request" | "s of trace span"
+    name: str  # "request" | "s of trace span" | "'NAME' range" (diff --per NAME)
     before: float
     after: float
 
@@ -53,7 +54,7 @@ class DeviceChange:
 
 @dataclass(frozen=True)
 class ItemDelta:
-    """One op (name + shape, self time) or kernel: per call, per run and per unit of work."""
+    """One op (name + shape, inclusive time) or kernel: per call, per run and per unit of work."""
 
     name: str
     shape: str
@@ -78,8 +79,8 @@ class ItemDelta:
     time_part_per_unit_ms: float  # calls per unit after · Δmean
     before_max_ms: float = 0.0
     after_max_ms: float = 0.0
-    before_inclusive_ms: float | None = None  # ops: inclusive total per run
-    after_inclusive_ms: float | None = None
+    before_self_ms: float | None = None  # ops: self time per run (no direct children)
+    after_self_ms: float | None = None
     devices: tuple[DeviceChange, ...] = ()
 
     @property
@@ -188,8 +189,8 @@ def compare_item(
         time_part_per_unit_ms=time_pu,
         before_max_ms=b.max_ms if b else 0.0,
         after_max_ms=a.max_ms if a else 0.0,
-        before_inclusive_ms=b.inclusive_ms if b else None,
-        after_inclusive_ms=a.inclusive_ms if a else None,
+        before_self_ms=b.self_ms if b else None,
+        after_self_ms=a.self_ms if a else None,
         devices=_devices(b, a),
     )
 
@@ -224,8 +225,17 @@ def diff_items(
     return tuple(out)
 
 
-def work_unit(b_requests: float, a_requests: float, b_span_ms: float, a_span_ms: float) -> Unit:
-    """Per request when both sides have requests, else per second of trace span."""
-    if b_requests > 0 and a_requests > 0:
-        return Unit("request", b_requests, a_requests)
-    return Unit("s of trace span", b_span_ms / 1e3, a_span_ms / 1e3)
+def work_unit(b: Work, a: Work, per: str | None = None) -> Unit:
+    """Per `per` range (an iteration) when asked, else per request when both sides have
+    requests, else per second of trace span."""
+    if per is not None:
+        for side, w in (("baseline", b), ("candidate", a)):
+            if not w.iterations:
+                raise ConfigError(
+                    f"--per {per!r}: the {side} has no range of that name "
+                    "(exact NVTX message or record_function name)"
+                )
+        return Unit(f"{per!r} range", b.iterations, a.iterations)
+    if b.requests > 0 and a.requests > 0:
+        return Unit("request", b.requests, a.requests)
+    return Unit("s of trace span", b.span_ms / 1e3, a.span_ms / 1e3)

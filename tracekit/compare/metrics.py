@@ -58,7 +58,7 @@ class Calls:
     """Calls of one op or kernel (on one device): count, summed time and squared time."""
 
     count: float  # per run
-    total_ms: float  # per run (ops: self time)
+    total_ms: float  # per run
     sq_ms2: float  # per run: sum of squared durations, ms²
 
     @property
@@ -76,13 +76,13 @@ class Calls:
 
 @dataclass(frozen=True)
 class ItemStats:
-    """An op (name + input shapes; times are self times) or kernel (shape '') per run."""
+    """An op (name + input shapes; inclusive times) or kernel (shape '') per run."""
 
     name: str
     shape: str
     calls: Calls
     max_ms: float = 0.0
-    inclusive_ms: float | None = None  # ops: inclusive total per run
+    self_ms: float | None = None  # ops: self time (no direct children) per run
     devices: tuple[tuple[str, Calls], ...] = ()  # kernels: per device label
 
     @property
@@ -114,10 +114,12 @@ class DeviceBusy:
 
 @dataclass(frozen=True)
 class Work:
-    """How much work a group of figures covers, per run: requests and trace span."""
+    """How much work a group of figures covers, per run: requests, trace span, and the
+    ranges named by `diff --per NAME` (iterations; 0 when not asked)."""
 
     requests: float
     span_ms: float
+    iterations: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ class RunMetrics:
     label: str
     runs: tuple[str, ...]
     stages: tuple[StageStats, ...]
-    ops: tuple[ItemStats, ...]  # by self time per run, largest first
+    ops: tuple[ItemStats, ...]  # by inclusive time per run, largest first
     kernels: tuple[ItemStats, ...]  # by total per run, largest first
     requests: int  # all runs
     request_ms: float  # summed request wall time, all runs
@@ -205,17 +207,27 @@ def _ops(rows: list[dict[str, Any]]) -> tuple[ItemStats, ...]:
     for r in rows:
         a = acc.setdefault((r["name"], r["shape"]), [0.0, 0.0, 0.0, 0.0, 0.0])
         a[0] += r["count"]
-        a[1] += r["self_ms"]
-        a[2] += r["self_sq_ms2"]
-        a[3] = max(a[3], r["self_max_ms"])
-        a[4] += r["total_ms"]
+        a[1] += r["total_ms"]
+        a[2] += r["sq_ms2"]
+        a[3] = max(a[3], r["max_ms"])
+        a[4] += r["self_ms"]
     out = [ItemStats(n, s, Calls(a[0], a[1], a[2]), a[3], a[4]) for (n, s), a in acc.items()]
     out.sort(key=lambda i: (-i.total_ms, i.name, i.shape))
     return tuple(out)
 
 
-def _work(overview: list[dict[str, Any]]) -> Work:
-    return Work(sum(r["requests"] for r in overview), sum(r["span_ms"] for r in overview))
+def _work(ts: TraceSet, per: str | None) -> Work:
+    overview = _rows(ts, "compare_gpu_busy")
+    its = sum(r["ranges"] for r in ts.query("range_count", range_name=per).to_dicts()) if per else 0
+    return Work(sum(r["requests"] for r in overview), sum(r["span_ms"] for r in overview), its)
+
+
+def _mean_work(works: Sequence[Work], n: int) -> Work:
+    return Work(
+        sum(w.requests for w in works) / n,
+        sum(w.span_ms for w in works) / n,
+        sum(w.iterations for w in works) / n,
+    )
 
 
 def _busy(rows: list[dict[str, Any]], multi_trace: bool) -> tuple[DeviceBusy, ...]:
@@ -239,6 +251,7 @@ def extract_run(
     label: str = "",
     stage_rules: Sequence[StageRule] | None = None,
     refresh: bool = False,
+    per: str | None = None,
 ) -> RunMetrics:
     """Metrics of one run, each group of figures read from the run's view for it."""
     opened: dict[tuple[Path, ...], TraceSet] = {}
@@ -256,7 +269,8 @@ def extract_run(
         kernels = _kernels(_rows(ts(views.gpu), "compare_kernels"), multi)
         busy = _busy(_rows(ts(views.gpu), "gpu_busy_by_device"), multi)
         ops_over = _rows(ts(views.ops), "compare_ops")
-        ops_work = _work(_rows(ts(views.ops), "compare_gpu_busy"))
+        ops_work = _work(ts(views.ops), per)
+        gpu_work = _work(ts(views.gpu), per)
     finally:
         for t in opened.values():
             t.close()
@@ -272,7 +286,7 @@ def extract_run(
         gpu_busy_ms=float(sum(r["busy_ms"] for r in gpu_over)),
         gpu_devices=sum(int(r["devices"]) for r in gpu_over),
         devices=busy,
-        gpu_work=_work(gpu_over),
+        gpu_work=gpu_work,
         ops_work=ops_work,
         views=(views.describe(),),
         samples=samples,
@@ -296,14 +310,14 @@ def _pool_items(per_run: Sequence[tuple[ItemStats, ...]], n: int) -> tuple[ItemS
         for i in its:
             for d, c in i.devices:
                 devs[d].append(c)
-        incl = [i.inclusive_ms for i in its if i.inclusive_ms is not None]
+        own = [i.self_ms for i in its if i.self_ms is not None]
         out.append(
             ItemStats(
                 name,
                 shape,
                 _mean_calls([i.calls for i in its], n),
                 max(i.max_ms for i in its),
-                sum(incl) / n if incl else None,
+                sum(own) / n if own else None,
                 tuple((d, _mean_calls(c, n)) for d, c in sorted(devs.items())),
             )
         )
@@ -343,12 +357,8 @@ def pool(
         gpu_busy_ms=sum(m.gpu_busy_ms for m in runs) / n,
         gpu_devices=max(m.gpu_devices for m in runs),
         devices=_pool_busy([m.devices for m in runs], n),
-        gpu_work=Work(
-            sum(m.gpu_work.requests for m in runs) / n, sum(m.gpu_work.span_ms for m in runs) / n
-        ),
-        ops_work=Work(
-            sum(m.ops_work.requests for m in runs) / n, sum(m.ops_work.span_ms for m in runs) / n
-        ),
+        gpu_work=_mean_work([m.gpu_work for m in runs], n),
+        ops_work=_mean_work([m.ops_work for m in runs], n),
         views=tuple(v for m in runs for v in m.views),
         samples=samples,
     )
@@ -360,13 +370,15 @@ def load_side(
     stage_rules: Sequence[StageRule] | None = None,
     refresh: bool = False,
     per_run: bool = True,
+    per: str | None = None,
 ) -> tuple[RunMetrics, tuple[RunMetrics, ...]]:
     """(pooled metrics over all `runs`, per-run metrics when there are several runs).
 
     Each run counts once: of a run seen by nsys and Kineto, requests and stages come from one
-    view, kernels and GPU busy from one (nsys when it has GPU rows), ops from one."""
+    view, kernels and GPU busy from one (nsys when it has GPU rows), ops from one. `per`
+    names a range whose occurrences are counted as iterations (diff --per)."""
     views = [run_views(Path(r), stage_rules, refresh) for r in runs]
-    each = [extract_run(v, str(v.run), stage_rules, refresh) for v in views]
+    each = [extract_run(v, str(v.run), stage_rules, refresh, per) for v in views]
     if len(each) == 1:
         one = each[0]
         pooled = pool(each, label, one.stages, one.samples)

@@ -21,14 +21,15 @@ RENDER_FORMATS = ("table", "md", "json", "html")
 TOP_ITEMS = 15
 TABLE_NAME = 70
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()!|~:])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def md_cell(value: object) -> str:
     """Untrusted text as inert Markdown on one line (a table cell): no HTML, no links or
-    images, no emphasis, no pipes, no newlines. `<>&` become entities, Markdown punctuation
-    is backslash-escaped, whitespace runs (newlines included) become one space."""
+    images (their brackets are escaped), no emphasis or code, no pipes, no newlines. `<>&`
+    become entities, ``\\ ` * _ [ ] | ~`` are backslash-escaped, whitespace runs (newlines
+    included) become one space."""
     text = " ".join(str(value).split())
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_SPECIAL.sub(r"\\\1", text)
@@ -95,6 +96,10 @@ class Section:
 def _n(v: float | None, digits: int = 3, signed: bool = False) -> Cell:
     text = _signed(v, digits) if signed else _num(v, digits)
     return Cell(text, "" if v is None else repr(float(v)))
+
+
+def _c(v: float) -> Cell:
+    return Cell(_count(v), repr(float(v)))
 
 
 def _stage_section(d: DiffResult) -> Section:
@@ -184,18 +189,18 @@ def _throughput_section(d: DiffResult) -> Section:
 
 def _item_section(items: tuple[ItemDelta, ...], unit: Unit, kind: str, shape: bool) -> Section:
     rows = []
-    seen: dict[str, int] = {}
+    seen: dict[tuple[str, str], int] = {}
     for i in items[:TOP_ITEMS]:
         short = short_name(i.name, TABLE_NAME)
-        seen[short] = seen.get(short, 0) + 1
-        if seen[short] > 1:  # two names that shorten alike stay apart
-            short += f" #{seen[short]}"
+        n = seen[(short, i.shape)] = seen.get((short, i.shape), 0) + 1
+        if n > 1:  # two names that shorten alike stay apart
+            short += f" #{n}"
         row = [Cell(i.status), Cell(short, i.name, i.name if short != i.name else "", True)]
         if shape:
             row.append(Cell(short_name(i.shape, 40), i.shape, i.shape, True))
         row += [
-            _n(i.before_count, 1),
-            _n(i.after_count, 1),
+            _c(i.before_count),
+            _c(i.after_count),
             _n(i.before_mean_ms, 4),
             _n(i.after_mean_ms, 4),
             Cell(_pct(i.per_call_change), repr(i.per_call_change or 0.0)),
@@ -217,7 +222,7 @@ def _item_section(items: tuple[ItemDelta, ...], unit: Unit, kind: str, shape: bo
         ("from ms/call", True),
         (f"ms {unit.label}", True),
     ]
-    what = "self time" if kind == "op" else "time"
+    what = "inclusive time" if kind == "op" else "time"
     note = (
         f"Per run; {what} per call. Δ total = from calls (Δcalls × ms/call before) + from "
         f"ms/call (calls after × Δms/call). Ranked by what the per-call change adds "
@@ -254,10 +259,17 @@ def _views(d: DiffResult) -> list[str]:
 
 def _unit_line(d: DiffResult) -> str:
     k, o = d.kernels_unit, d.ops_unit
+    if k == o:
+        amounts = f"{_amount(k.before)} vs {_amount(k.after)} per run"
+        return f"Kernels and ops compared per {k.name} ({amounts})."
     return (
-        f"Work compared per {k.name} for kernels ({k.before:,.3f} vs {k.after:,.3f} per run)"
-        f" and per {o.name} for ops ({o.before:,.3f} vs {o.after:,.3f} per run)."
+        f"Kernels compared per {k.name} ({_amount(k.before)} vs {_amount(k.after)} per run), "
+        f"ops per {o.name} ({_amount(o.before)} vs {_amount(o.after)} per run)."
     )
+
+
+def _amount(v: float) -> str:
+    return _count(v) if v == int(v) else f"{v:,.3f}"
 
 
 def render_md(d: DiffResult) -> str:
@@ -274,7 +286,7 @@ def render_md(d: DiffResult) -> str:
         out.append("| " + " | ".join(md_cell(c) for c, _ in sec.columns) + " |")
         out.append("|" + "|".join("---:" if num else "---" for _, num in sec.columns) + "|")
         for r in sec.rows:
-            out.append("| " + " | ".join(md_cell(c.text) for c in r) + " |")
+            out.append("| " + " | ".join(md_cell(c.text) if c.name else c.text for c in r) + " |")
         out += ["", md_cell(sec.note), ""] if sec.note else [""]
     return "\n".join(out)
 
