@@ -181,7 +181,7 @@ def _note(
         if abs(per - 1) >= 0.02:
             parts[-1] += (
                 f"; calls per {unit.name} ×{per:.2f} (median over {len(both)} {kind}): "
-                f"the sides hold different work per {unit.name}"
+                f"the candidate holds {'less' if per < 1 else 'more'} work per {unit.name}"
             )
         elif abs(raw - 1) >= 0.02:
             parts[-1] += (

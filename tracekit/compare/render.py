@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import re
+import textwrap
 from typing import Any
 
 from tracekit.compare.diff import DiffResult, MetricDelta
@@ -20,6 +21,7 @@ from tracekit.compare.items import ItemDelta, Unit
 RENDER_FORMATS = ("table", "md", "json", "html")
 TOP_ITEMS = 15
 TABLE_NAME = 70
+WRAP = 100  # headline lines in the terminal table
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -291,10 +293,20 @@ def render_md(d: DiffResult) -> str:
     return "\n".join(out)
 
 
+def _wrap(text: str, lead: str) -> list[str]:
+    return textwrap.wrap(
+        term_text(text),
+        WRAP,
+        initial_indent=lead,
+        subsequent_indent=" " * len(lead),
+        break_on_hyphens=False,
+    )
+
+
 def render_table(d: DiffResult) -> str:
     h = d.headline
-    out = [term_text(h.context)] + [f"  * {term_text(e)}" for e in h.entries]
-    out += [term_text(h.note), "", term_text(_heading(d))]
+    out = _wrap(h.context, "") + [x for e in h.entries for x in _wrap(e, "  * ")]
+    out += _wrap(h.note, "") + ["", term_text(_heading(d))]
     out += [f"  {term_text(v)}" for v in _views(d)] + [_unit_line(d)]
     for sec in sections(d):
         out += ["", sec.title]
@@ -330,13 +342,15 @@ def _clean(v: Any) -> Any:
 
 def to_dict(d: DiffResult) -> dict[str, Any]:
     """The whole result as plain JSON-able data (every op and kernel, unchanged included)."""
-    data: dict[str, Any] = _clean(dataclasses.asdict(d))
-    data["format"] = "tracekit-diff/2"
+    body: dict[str, Any] = _clean(dataclasses.asdict(d))
+    data: dict[str, Any] = {"format": "tracekit-diff/2", "headline": body.pop("headline")}
+    data.update(body)
     return data
 
 
 def render_json(d: DiffResult) -> str:
-    return json.dumps(to_dict(d), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    """JSON with the format and the headline first, then the fields in DiffResult's order."""
+    return json.dumps(to_dict(d), indent=2, allow_nan=False) + "\n"
 
 
 def render_html(d: DiffResult) -> str:
