@@ -8,6 +8,7 @@ import html
 import json
 import shutil
 import sqlite3
+import sys
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
@@ -394,3 +395,26 @@ def test_short_names_keep_full_name_on_hover(tmp_path: Path) -> None:
     page = render(diff_runs([base], [cand]), "html")
     assert f'title="{html.escape(long)}"' in page
     assert ">elementwise_kernel&lt;128, 4, xxx" in page
+
+
+@pytest.mark.nsys
+def test_check_on_a_16_request_capture_counts_16(tmp_path: Path) -> None:
+    """A real `tracekit capture` (nsys + torch.profiler) of 16 requests: check counts 16."""
+    from tests.test_capture import HAVE_NSYS, INFER, run_capture
+
+    if not HAVE_NSYS:
+        pytest.skip("nsys not on PATH")
+    run_dir = tmp_path / "demo"
+    res = run_capture(["-o", str(run_dir), "--", sys.executable, str(INFER), "--requests", "16"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    with tracekit.open(run_dir) as t:  # both tools saw the same 16 requests
+        per_trace = t.con.execute(
+            "SELECT trace_id, count(*) FROM requests GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert [n for _, n in per_trace] == [16, 16]
+    r = CliRunner().invoke(main, ["check", str(run_dir), "--budget", "end_to_end.count>=16",
+                                  "--budget", "end_to_end.count<=16"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("PASS end_to_end.count>=16: measured 16 (limit 16)\n")
+    d = diff_runs([run_dir], [run_dir])
+    assert d.baseline.requests == 16 and not d.headline.entries
