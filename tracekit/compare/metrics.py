@@ -288,7 +288,7 @@ def extract_run(
         devices=busy,
         gpu_work=gpu_work,
         ops_work=ops_work,
-        views=(views.describe(),),
+        views=tuple(v for v in (views.describe(),) if v),
         samples=samples,
     )
 

@@ -31,9 +31,12 @@ class RunViews:
     paired: bool = False  # one capture seen by two tools
 
     def describe(self) -> str:
-        """One line: which file gave which figures (file names relative to the run)."""
+        """One line: which file gave which figures (file names relative to the run); empty
+        for a run of one trace."""
         if not self.paired:
-            return f"{self.run.name}: all figures from {_names(self.run, self.requests)}"
+            if len(self.requests) < 2:
+                return ""  # one trace: nothing to say
+            return f"{self.run.name}: all figures from {_names(self.run, self.requests)} (pooled)"
         groups: dict[tuple[Path, ...], list[str]] = {}
         for what, files in (
             ("requests and stages", self.requests),
