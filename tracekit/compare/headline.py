@@ -198,7 +198,7 @@ def _note(
     return lead + (text[0].upper() + text[1:] + ".") if text else lead.strip()
 
 
-def _outermost(ops: Sequence[ItemDelta]) -> list[ItemDelta]:
+def outermost(ops: Sequence[ItemDelta]) -> list[ItemDelta]:
     """Ops without the likely children of a larger one: an op nested in another (aten::item
     around aten::_local_scalar_dense) has the same calls and nearly the same change, and
     would name one change twice. Of ops with equal calls whose per-call part is within
@@ -238,7 +238,7 @@ def headline(
             cands.append((m.delta, _stage_sentence(s), True))
     groups: tuple[tuple[str, Sequence[ItemDelta], Unit], ...] = (
         ("Kernel", kernels, k_unit),
-        ("Op", _outermost(ops), o_unit),
+        ("Op", outermost(ops), o_unit),
     )
     for kind, items, unit in groups:
         for i in items:

@@ -13,7 +13,7 @@ from functools import cache
 from importlib.resources import files
 
 from tracekit.compare.diff import DiffResult
-from tracekit.compare.headline import short_name
+from tracekit.compare.headline import outermost, short_name
 from tracekit.compare.items import ItemDelta
 from tracekit.compare.render import Section
 
@@ -73,9 +73,11 @@ def _script() -> tuple[str, str]:
 
 
 def chart(d: DiffResult) -> ChartGeom | None:
-    """Bars for the largest per-call changes (and rows that appeared or vanished)."""
+    """Bars for the largest per-call changes (and rows that appeared or vanished); of nested
+    ops with the same calls and change, the outer one (as in the headline)."""
     items: list[tuple[str, ItemDelta, str]] = []
-    for kind, rows, unit in (("kernel", d.kernels, d.kernels_unit), ("op", d.ops, d.ops_unit)):
+    groups = (("kernel", list(d.kernels), d.kernels_unit), ("op", outermost(d.ops), d.ops_unit))
+    for kind, rows, unit in groups:
         items += [(kind, i, unit.name) for i in rows if i.status != "same" and i.weight_ms]
     items.sort(key=lambda t: -abs(t[1].weight_ms))
     items = items[:CHART_BARS]
