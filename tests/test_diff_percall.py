@@ -418,3 +418,17 @@ def test_check_on_a_16_request_capture_counts_16(tmp_path: Path) -> None:
     assert r.stdout.startswith("PASS end_to_end.count>=16: measured 16 (limit 16)\n")
     d = diff_runs([run_dir], [run_dir])
     assert d.baseline.requests == 16 and not d.headline.entries
+
+
+def test_folders_of_paired_runs_n_vs_n(tmp_path: Path, sample: Path) -> None:
+    """Two runs a side, each a capture seen by two tools: 12 requests a run, a spread known."""
+    for side in ("base", "cand"):
+        for k in range(2):
+            shutil.copytree(sample, tmp_path / side / f"run{k}")
+    d = diff_runs([tmp_path / "base"], [tmp_path / "cand"])
+    assert len(d.baseline.runs) == 2 and d.baseline.requests == d.candidate.requests == 24
+    assert len(d.baseline.views) == 2 and all("counted once" in v for v in d.baseline.views)
+    p50 = next(s for s in d.stages if s.stage == "end_to_end").metric("p50_ms")
+    assert p50.noise is not None and p50.noise.spread == 0 and p50.delta == 0
+    assert d.kernels_unit.name == "request" and d.ops_unit == Unit("request", 12, 12)
+    assert all(i.status == "same" and i.spread_ms == 0 for i in d.ops if i.before_count > 1)
