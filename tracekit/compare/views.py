@@ -36,7 +36,7 @@ class RunViews:
         if not self.paired:
             if len(self.requests) < 2:
                 return ""  # one trace: nothing to say
-            return f"{self.run.name}: all figures from {_names(self.run, self.requests)} (pooled)"
+            return f"{self.run.name}: all figures from {_names(self.requests)} (pooled)"
         groups: dict[tuple[Path, ...], list[str]] = {}
         for what, files in (
             ("requests and stages", self.requests),
@@ -44,14 +44,12 @@ class RunViews:
             ("CPU ops", self.ops),
         ):
             groups.setdefault(files, []).append(what)
-        parts = [f"{', '.join(w)} from {_names(self.run, f)}" for f, w in groups.items()]
+        parts = [f"{', '.join(w)} from {_names(f)}" for f, w in groups.items()]
         return f"{self.run.name} (one capture, two tools; counted once): {'; '.join(parts)}"
 
 
-def _names(run: Path, files: tuple[Path, ...]) -> str:
-    if run.is_dir():
-        return ", ".join(p.name for p in files)
-    return ", ".join(str(p.name) for p in files)
+def _names(files: tuple[Path, ...]) -> str:
+    return ", ".join(p.name for p in files)
 
 
 def expand_runs(path: str | Path) -> list[Path]:
