@@ -1,10 +1,11 @@
 -- name: compare_gpu_busy
--- returns: one row per trace: trace_id, format, span_ms, devices, busy_ms, requests, request_ms, kernels, cpu_ops
+-- returns: one row per trace: trace_id, format, span_ms, devices, busy_ms, requests, request_ms, kernels, cpu_ops, gpu_names
 -- Per trace: its source format, span (traces.duration_ns), the GPU devices with activity, GPU
 -- busy time (the union of kernel/memcpy/memset intervals over all devices together: the time
 -- at least one GPU was busy, as the report says; per device: gpu_busy_by_device), the request
 -- count and summed request wall time, and how many kernels and CPU ops it holds (diff and
--- check pick, per figure, the view of a run that has them).
+-- check pick, per figure, the view of a run that has them), and the GPU model names the
+-- trace records (traces.devices; '' when none).
 WITH g AS (
     SELECT trace_id, start_ns AS a, end_ns AS b, device
     FROM events
@@ -32,7 +33,10 @@ SELECT t.trace_id, t.format,
        coalesce(r.requests, 0) AS requests,
        coalesce(r.request_ns, 0) / 1e6 AS request_ms,
        coalesce(k.kernels, 0) AS kernels,
-       coalesce(k.cpu_ops, 0) AS cpu_ops
+       coalesce(k.cpu_ops, 0) AS cpu_ops,
+       coalesce((SELECT string_agg(DISTINCT n, ', ' ORDER BY n)
+                 FROM (SELECT unnest(json_extract_string(t.devices, '$[*].name')) AS n)
+                 WHERE n IS NOT NULL), '') AS gpu_names
 FROM traces t
 LEFT JOIN busy b USING (trace_id)
 LEFT JOIN req r USING (trace_id)

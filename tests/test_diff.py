@@ -69,6 +69,9 @@ def test_hta_kernel_deltas_match_json_pass(hta_pair: tuple[Path, Path]) -> None:
             assert i.status == "same", (i.name, i.status)
     statuses = {i.status for i in result.kernels}
     assert {"slower", "faster", "appeared", "vanished", "same"} <= statuses
+    assert "different GPUs (NVIDIA A100-PG509-200 vs Tesla V100-SXM2-16GB)" in (
+        result.headline.context
+    )
     # Ops: inclusive time per call, by name and shape.
     ops_b, ops_a = json_calls(control, "cpu_op", True), json_calls(test, "cpu_op", True)
     assert {(i.name, i.shape) for i in result.ops} == ops_b.keys() | ops_a.keys()

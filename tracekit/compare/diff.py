@@ -78,6 +78,7 @@ class Side:
     gpu_busy_ms: float  # per run, any device busy (union over devices)
     gpu_utilization: float | None
     views: tuple[str, ...] = ()  # per run: which trace gave which figures
+    gpu_names: tuple[str, ...] = ()  # GPU models the traces record
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ def _side(m: RunMetrics) -> Side:
         m.gpu_busy_ms,
         m.gpu_utilization,
         m.views,
+        m.gpu_names,
     )
 
 
@@ -261,7 +263,9 @@ def compare_metrics(
     return DiffResult(
         baseline=_side(b),
         candidate=_side(a),
-        headline=headline(stages, kernels, ops, k_unit, o_unit, devices, min_change),
+        headline=headline(
+            stages, kernels, ops, k_unit, o_unit, devices, min_change, (b.gpu_names, a.gpu_names)
+        ),
         stages=stages,
         ops=ops,
         kernels=kernels,

@@ -224,6 +224,7 @@ def headline(
     o_unit: Unit,
     devices: Sequence[DeviceDelta],
     min_change: float,
+    gpus: tuple[Sequence[str], Sequence[str]] = ((), ()),
 ) -> Headline:
     """The headline of a diff (see the module docstring)."""
     cands: list[tuple[float, str, bool]] = []
@@ -247,4 +248,10 @@ def headline(
     cands.sort(key=lambda c: -abs(c[0]))
     entries = [c for c in cands[:MAX_ENTRIES] if abs(c[0]) >= KEEP_FRACTION * abs(cands[0][0])]
     note = _note(kernels, ops, any(c[2] for c in entries), min_change, (k_unit, o_unit))
-    return Headline(_context(stages, devices, k_unit, kernels), tuple(c[1] for c in entries), note)
+    context = _context(stages, devices, k_unit, kernels)
+    if gpus[0] and gpus[1] and set(gpus[0]) != set(gpus[1]):
+        context += (
+            f" The sides ran on different GPUs ({', '.join(gpus[0])} vs {', '.join(gpus[1])}):"
+            " per-call changes include the hardware."
+        )
+    return Headline(context, tuple(c[1] for c in entries), note)

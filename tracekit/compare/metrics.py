@@ -144,6 +144,7 @@ class RunMetrics:
     gpu_work: Work = Work(0, 0)  # the work the kernel figures cover (per run)
     ops_work: Work = Work(0, 0)
     views: tuple[str, ...] = ()  # one line per run: which trace gave which figures
+    gpu_names: tuple[str, ...] = ()  # GPU models the GPU view's traces record
     samples: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     def stage(self, name: str) -> StageStats | None:
@@ -289,6 +290,7 @@ def extract_run(
         gpu_work=gpu_work,
         ops_work=ops_work,
         views=tuple(v for v in (views.describe(),) if v),
+        gpu_names=tuple(sorted({n for r in gpu_over for n in r["gpu_names"].split(", ") if n})),
         samples=samples,
     )
 
@@ -360,6 +362,7 @@ def pool(
         gpu_work=_mean_work([m.gpu_work for m in runs], n),
         ops_work=_mean_work([m.ops_work for m in runs], n),
         views=tuple(v for m in runs for v in m.views),
+        gpu_names=tuple(sorted({n for m in runs for n in m.gpu_names})),
         samples=samples,
     )
 
