@@ -275,21 +275,26 @@ def _amount(v: float) -> str:
 
 
 def render_md(d: DiffResult) -> str:
+    """Markdown. Sentences and cells that carry trace strings go through md_cell; the
+    section titles, column labels and notes are tracekit's own text."""
     h = d.headline
     out = ["# tracekit diff", "", md_cell(h.context), ""]
-    out += [f"- {md_cell(e)}" for e in h.entries]
-    out += ["", md_cell(h.note), "", md_cell(_heading(d)), ""]
-    out += [f"- {md_cell(v)}" for v in _views(d)] + ["", md_cell(_unit_line(d)), ""]
+    if h.entries:
+        out += [f"- {md_cell(e)}" for e in h.entries] + [""]
+    out += [md_cell(h.note), "", md_cell(_heading(d)), ""]
+    if _views(d):
+        out += [f"- {md_cell(v)}" for v in _views(d)] + [""]
+    out += [md_cell(_unit_line(d)), ""]
     for sec in sections(d):
-        out += [f"## {md_cell(sec.title)}", ""]
+        out += [f"## {sec.title}", ""]
         if not sec.rows:
             out += ["(none)", ""]
             continue
-        out.append("| " + " | ".join(md_cell(c) for c, _ in sec.columns) + " |")
+        out.append("| " + " | ".join(c for c, _ in sec.columns) + " |")
         out.append("|" + "|".join("---:" if num else "---" for _, num in sec.columns) + "|")
         for r in sec.rows:
             out.append("| " + " | ".join(md_cell(c.text) if c.name else c.text for c in r) + " |")
-        out += ["", md_cell(sec.note), ""] if sec.note else [""]
+        out += ["", sec.note, ""] if sec.note else [""]
     return "\n".join(out)
 
 
