@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 import sqlite3
 import sys
@@ -211,6 +212,11 @@ def test_mfu_headline_names_sendrecv_and_not_flash(mfu: tuple[Path, Path]) -> No
     assert d.kernels[0].name.startswith("ncclDevKernel_SendRecv")  # ranked per call
     assert "calls per s of trace span ×0.90" in d.headline.note
     table = render(d, "table")
+    page = render(d, "html")
+    assert page.index('id="headline"') < page.index('<figure id="chart">') < page.index("<table")
+    bars = re.findall(r"<g><title>([^<]*)</title>", page)
+    assert bars[0].startswith("kernel ncclDevKernel_SendRecv") and "unsure" in bars[0]
+    assert page.count('class="sortable"') == 2  # GPU per device, kernels (no stages, no ops)
     first_entry = next(ln for ln in table.splitlines() if ln.startswith("  * "))
     assert first_entry.startswith("  * Kernel ncclDevKernel_SendRecv")
     assert table.index(first_entry) < table.index("Kernels compared per call")
