@@ -2,10 +2,11 @@
 -- returns: one row per trace: trace_id, format, span_ms, devices, busy_ms, requests, request_ms, kernels, cpu_ops, gpu_names
 -- Per trace: its source format, span (traces.duration_ns), the GPU devices with activity, GPU
 -- busy time (per device the length of the union of its kernel/memcpy/memset intervals, streams
--- overlap; summed over devices: device-time, the definition of gpu_devices and
--- gpu_utilization; per device: gpu_busy_by_device), the request count and summed request wall
--- time, how many kernels and CPU ops it holds (diff and check pick, per figure, the view of a
--- run that has them), and the GPU model names the trace records (traces.devices; '' when none).
+-- overlap; summed over devices: device-time, the definition of gpu_devices and gpu_utilization;
+-- per device: gpu_busy_by_device), the request count and summed request wall time ('window'
+-- requests, a trace's whole span, are not counted), how many kernels and CPU ops it holds (diff
+-- and check pick, per figure, the view of a run that has them), and the GPU model names the
+-- trace records (traces.devices; '' when none).
 WITH iv AS (
     SELECT {'trace_id': trace_id, 'device': coalesce(device, -1)} AS key, start_ns, end_ns
     FROM events
@@ -15,7 +16,7 @@ WITH iv AS (
     FROM tk_union_ns('iv') GROUP BY 1
 ), req AS (
     SELECT trace_id, count(*) AS requests, sum(dur_ns) AS request_ns
-    FROM requests GROUP BY trace_id
+    FROM requests WHERE source <> 'window' GROUP BY trace_id
 ), kinds AS (
     SELECT trace_id, count(*) FILTER (WHERE kind = 'kernel') AS kernels,
            count(*) FILTER (WHERE kind = 'cpu_op') AS cpu_ops

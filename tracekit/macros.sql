@@ -171,3 +171,31 @@ WITH d AS (
 )
 SELECT TRY_CAST(d->>'id' AS INTEGER) AS device, min(d->>'name') AS device_name
 FROM d WHERE TRY_CAST(d->>'id' AS INTEGER) IS NOT NULL GROUP BY 1;
+
+-- tk_stage_samples() -> (trace_id, request_id, stage, dur_ns): one sample per request and
+-- stage, over every trace: a stage's time in a request is the sum of its ranges' durations
+-- there; `end_to_end` is the request's duration; `unattributed` the request minus the union
+-- of its stage ranges (clipped to the request). Stages outside every request are left out,
+-- and so are 'window' requests (a trace's whole span is not a unit of work to compare).
+CREATE OR REPLACE TEMP MACRO tk_stage_samples() AS TABLE
+WITH req AS (
+    SELECT * FROM requests WHERE source <> 'window'
+), st AS (
+    SELECT s.trace_id, s.request_id, s.stage, s.dur_ns,
+           greatest(s.start_ns, r.start_ns) AS a, least(s.end_ns, r.end_ns) AS b
+    FROM stages s JOIN req r USING (trace_id, request_id)
+), iv AS (
+    SELECT {'trace_id': trace_id, 'request_id': request_id} AS key, a AS start_ns,
+           b AS end_ns
+    FROM st
+), covered AS (  -- union length of each request's stages
+    SELECT key.trace_id AS trace_id, key.request_id AS request_id, union_ns AS covered_ns
+    FROM tk_union_ns('iv')
+)
+SELECT trace_id, request_id, stage, sum(dur_ns)::BIGINT AS dur_ns
+FROM st GROUP BY trace_id, request_id, stage
+UNION ALL
+SELECT trace_id, request_id, 'end_to_end', dur_ns FROM req
+UNION ALL
+SELECT r.trace_id, r.request_id, 'unattributed', r.dur_ns - coalesce(c.covered_ns, 0)
+FROM req r LEFT JOIN covered c USING (trace_id, request_id);
