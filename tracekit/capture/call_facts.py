@@ -6,7 +6,7 @@ value. A few facts about them are enough to tie time to input size:
 - `<name>.len`: `len()` of a str, list, tuple or dict argument;
 - `<name>.shape`: the shape of a tensor argument (a list), `<name>.numel` its element count;
 - for a mapping of tensors (a tokenizer's BatchEncoding, a dict batch): the same per key;
-- `<key>.nonzero`: the non-zero count of an attention-mask-like tensor (a key or argument
+- `<key>.nonzero`: the non-zero count of a 2-D attention-mask-like tensor (a key or argument
   whose name contains `mask`): the real tokens, beside `<key>.numel`, the padded ones;
 - `return.*`: the same for the return value.
 
@@ -31,7 +31,7 @@ def _tensor_facts(name: str, value: Any, out: dict[str, Any]) -> bool:
         return False
     out[f"{name}.shape"] = [int(d) for d in shape]
     out[f"{name}.numel"] = int(numel())
-    if "mask" in name.rsplit(".", 1)[-1].lower():
+    if "mask" in name.rsplit(".", 1)[-1].lower() and len(shape) == 2:
         try:
             out[f"{name}.nonzero"] = int(value.count_nonzero())
         except (RuntimeError, TypeError, AttributeError):

@@ -175,13 +175,35 @@ def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[
     return q
 
 
+NEST_COLS = (("parent", "Nested in"), ("share_of_parent", "Share of parent"))
+OPS_VIA_COLS = (("via", "In nested stage"),)
+
+
+def _nested(rows: Sequence[Mapping[str, Any]]) -> bool:
+    return any(r.get("parent") for r in rows)
+
+
+def _indent_children(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Stage rows with nested stages shown as '↳ child' (they follow their parent)."""
+    return [{**r, "stage": f"↳ {r['stage']}"} if r.get("parent") else dict(r) for r in rows]
+
+
+def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
+    kids = [r for r in rows if r.get("parent") == parent]
+    if not kids or n <= 0:
+        return ""
+    return ", of which " + ", ".join(
+        f"{k['stage']} {k['total_ms'] / n:.3f} ms ({k['share_of_parent'] or 0:.0%})" for k in kids
+    )
+
+
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     rows = q["stage_summary"]
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
-    split = tuple(
+    split = tuple(  # top-level stages only: nested ones are inside their parent's time
         (r["stage"], r["total_ms"], r["share"] or 0.0)
         for r in rows
-        if r["row_kind"] != "end_to_end"
+        if r["row_kind"] != "end_to_end" and not r.get("parent")
     )
     reqs = q["request_breakdown"]
     rps = None
@@ -191,7 +213,8 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     overview = q["trace_overview"][0]
     if e2e:
         parts = ", ".join(
-            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
+            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%}{_of_which(rows, name, e2e['count'])})"
+            for name, ms, share in split
         )
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
@@ -265,8 +288,8 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             "Stages",
             "stage_summary",
             p,
-            q["stage_summary"],
-            STAGE_COLS,
+            _indent_children(q["stage_summary"]),
+            STAGE_COLS + (NEST_COLS if _nested(q["stage_summary"]) else ()),
             "Statistics across requests of per-request stage totals; percentiles are "
             "quantile_cont (linear interpolation).",
             hists,
@@ -283,7 +306,8 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             else "",
             req_charts,
         ),
-        make_table(f"{t}-ops", "Top host ops per stage", "top_ops", pl, q["top_ops"], OPS_COLS),
+        make_table(f"{t}-ops", "Top host ops per stage", "top_ops", pl, q["top_ops"],
+                   OPS_COLS + (OPS_VIA_COLS if _nested(q["stage_summary"]) else ())),  # fmt: skip
         make_table(
             f"{t}-kernels",
             "Top GPU kernels per stage",
