@@ -176,11 +176,11 @@ def infer(model: BertForSequenceClassification, batch: dict[str, torch.Tensor]) 
 def postprocess(logits: torch.Tensor) -> str:
     probs = torch.softmax(logits.float(), dim=-1)
     top_p, top_i = probs.topk(3, dim=-1)
-    results = [
-        {"label": LABELS[int(i[0])],
-         "top": [{"label": LABELS[int(j)], "p": round(float(p), 4)} for p, j in zip(ps, i)]}
-        for ps, i in zip(top_p, top_i)
-    ]  # fmt: skip
+    results = []
+    for ps, idx in zip(top_p, top_i, strict=True):
+        top = [{"label": LABELS[int(j)], "p": round(float(p), 4)}
+               for p, j in zip(ps, idx, strict=True)]  # fmt: skip
+        results.append({"label": LABELS[int(idx[0])], "top": top})
     return json.dumps({"results": results}, sort_keys=True)
 
 
@@ -252,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     measured = [r for r in records if not r["warmup"]]
     real = sum(r["tokens"] for r in measured)
     padded = sum(r["padded_tokens"] for r in measured)
+    waste = 100 * (1 - real / max(padded, 1))
     print(f"{len(measured)} requests (+{args.warmup} warm-up), padding={args.padding}, "
-          f"batch={args.batch}; padding is {100 * (1 - real / max(padded, 1)):.1f}% of tokens")  # fmt: skip
+          f"batch={args.batch}; padding is {waste:.1f}% of tokens")  # fmt: skip
     print(f"  {'step':<12} {'p50 ms':>9} {'p99 ms':>9}")
     for step in STEPS:
         vals = [r["ms"][step] for r in measured if step in r["ms"]]

@@ -99,9 +99,7 @@ def _start_profiler(args: argparse.Namespace) -> Any:
         wait, warmup, active = (int(x) for x in args.schedule.split(","))
         kwargs["schedule"] = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
         kwargs["on_trace_ready"] = lambda p: _export(p, args.trace)
-    prof = profile(
-        activities=activities, record_shapes=True, with_stack=args.with_stack, **kwargs
-    )
+    prof = profile(activities=activities, record_shapes=True, with_stack=args.with_stack, **kwargs)
     prof.start()
     return prof
 

@@ -45,14 +45,29 @@ def _schedule(text: str | None) -> tuple[int, int, int] | None:
 @click.option("--stage", "stages", multiple=True, metavar="NAME=module:function",
               help="Wrap a function in a stage without editing the code (repeatable; "
               "__main__ or the script's stem names the script itself).")  # fmt: skip
-@click.option("--request", "requests", multiple=True, metavar="module:function",
-              help="Each call of this function is one request (no code change; repeatable).")
-@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True,
-              metavar="N", help="The first N requests are warm-up: served, recorded nowhere; "
-              "--schedule counts the requests after them.")
-@click.option("--python", "python_stacks", is_flag=True,
-              help="Record Python function events (torch.profiler with_stack): what runs "
-              "inside CPU stages; slows Python-heavy code, see docs/capture.md.")
+@click.option(
+    "--request",
+    "requests",
+    multiple=True,
+    metavar="module:function",
+    help="Each call of this function is one request (no code change; repeatable).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="The first N requests are warm-up: served, recorded nowhere; "
+    "--schedule counts the requests after them.",
+)
+@click.option(
+    "--python",
+    "python_stacks",
+    is_flag=True,
+    help="Record Python function events (torch.profiler with_stack): what runs "
+    "inside CPU stages; slows Python-heavy code, see docs/capture.md.",
+)
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop collecting after SECONDS (the command is then ended).")  # fmt: skip
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",

@@ -306,8 +306,14 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             else "",
             req_charts,
         ),
-        make_table(f"{t}-ops", "Top host ops per stage", "top_ops", pl, q["top_ops"],
-                   OPS_COLS + (OPS_VIA_COLS if _nested(q["stage_summary"]) else ())),  # fmt: skip
+        make_table(
+            f"{t}-ops",
+            "Top host ops per stage",
+            "top_ops",
+            pl,
+            q["top_ops"],
+            OPS_COLS + (OPS_VIA_COLS if _nested(q["stage_summary"]) else ()),
+        ),  # fmt: skip
         make_table(
             f"{t}-kernels",
             "Top GPU kernels per stage",

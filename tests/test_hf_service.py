@@ -1,0 +1,143 @@
+"""The whole method on a real service with no code change (issue 21): examples/hf_service.py, a
+transformers BERT classifier that imports nothing of tracekit, captured with `--request`,
+`--warmup` and `--stage`.
+
+Oracles: the service's own clock (its `--self-times` file: per-request ms of `handle`,
+`preprocess`, `tokenize`, `infer`, `postprocess`, warm-up requests marked) and its own token
+counts; a plain json pass over the Chrome trace for what the trace holds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tracekit
+
+pytest.importorskip("transformers", reason="examples extra not installed (transformers)")
+
+REPO = Path(__file__).resolve().parent.parent
+SERVICE = REPO / "examples" / "hf_service.py"
+HAVE_NSYS = shutil.which("nsys") is not None
+WARMUP, REQUESTS = 2, 6
+# trace stage -> the service's own step name
+CLOCK_NAMES = {"preprocess": "preprocess", "tokenize": "tokenize", "inference": "infer",
+               "postprocess": "postprocess", "end_to_end": "handle"}  # fmt: skip
+STAGE_ARGS = [
+    "--request", "hf_service:handle", "--warmup", str(WARMUP),
+    "--stage", "preprocess=hf_service:preprocess", "--stage", "tokenize=hf_service:tokenize",
+    "--stage", "inference=hf_service:infer", "--stage", "postprocess=hf_service:postprocess",
+    "--stage", "attention=transformers.models.bert.modeling_bert:BertSelfAttention.forward",
+]  # fmt: skip
+
+
+def run_capture(args: list[str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "tracekit", "capture", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """DuckDB's quantile_cont: linear interpolation between closest ranks."""
+    s = sorted(values)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@pytest.fixture(scope="module")
+def service_capture(tmp_path_factory) -> tuple[Path, dict, str]:
+    run_dir = tmp_path_factory.mktemp("svc") / "max"
+    clock = run_dir.parent / "self.jsonl"
+    res = run_capture(["-o", str(run_dir), *STAGE_ARGS, "--", sys.executable, str(SERVICE),
+                       "--requests", str(REQUESTS), "--warmup", str(WARMUP),
+                       "--self-times", str(clock)])  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return run_dir, json.loads(clock.read_text().splitlines()[0]), res.stdout
+
+
+def measured(self_times: dict) -> list[dict]:
+    return [r for r in self_times["requests"] if not r["warmup"]]
+
+
+@pytest.mark.slow
+def test_requests_exclude_the_warmup(service_capture):
+    run_dir, own, stdout = service_capture
+    assert len(own["requests"]) == WARMUP + REQUESTS
+    data = json.loads((run_dir / "torch.pt.trace.json").read_text())
+    n = sum(1 for e in data["traceEvents"] if e.get("name") == "tracekit:request")
+    assert n == REQUESTS  # oracle: plain json over the trace
+    with tracekit.open(run_dir) as t:
+        rows = t.sql("SELECT format, count(*) AS n FROM requests JOIN traces USING (trace_id) "
+                     "GROUP BY ALL ORDER BY ALL").rows()  # fmt: skip
+    assert rows == [(f, REQUESTS) for f in (["kineto", "nsys"] if HAVE_NSYS else ["kineto"])]
+    assert "Next: tracekit report" in stdout
+
+
+@pytest.mark.slow
+def test_percentiles_match_the_services_own_clock(service_capture):
+    """p50/p99 of end to end and inference within 1%; stages > 1 ms within 3%, else 50 us."""
+    run_dir, own, _ = service_capture
+    reqs = measured(own)
+    with tracekit.open(run_dir) as t:
+        for trace_id in t.sql("SELECT trace_id FROM traces ORDER BY 1")["trace_id"]:
+            rows = t.query("stage_summary", trace_id=trace_id).to_dicts()
+            for r in rows:
+                step = CLOCK_NAMES.get(r["stage"])
+                if step is None:
+                    continue
+                vals = [q["ms"][step] for q in reqs]
+                for key, qq in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+                    want, got = quantile(vals, qq), r[key]
+                    tol = 0.01 if r["stage"] in ("inference", "end_to_end") else 0.03
+                    if want < 1.0:
+                        assert abs(got - want) <= 0.05, (trace_id, r["stage"], key, got, want)
+                    else:
+                        assert abs(got - want) <= tol * want, (trace_id, r["stage"], key, got, want)
+
+
+@pytest.mark.slow
+def test_nested_stages_are_counted_once(service_capture):
+    run_dir, _, _ = service_capture
+    with tracekit.open(run_dir) as t:
+        rows = t.query("stage_summary", trace_id=1).to_dicts()
+        ops = t.query("top_ops", trace_id=1, limit=50).to_dicts()
+    parents = {r["stage"]: r["parent"] for r in rows if r["row_kind"] == "stage"}
+    assert parents == {"preprocess": None, "tokenize": "preprocess", "inference": None,
+                       "attention": "inference", "postprocess": None}  # fmt: skip
+    top = sum(r["share"] for r in rows if r["row_kind"] != "end_to_end" and not r["parent"])
+    assert top == pytest.approx(1.0, abs=1e-9)
+    via = {(r["name"], r["via"]) for r in ops if r["stage"] == "inference"}
+    assert ("aten::bmm", "attention") in via and ("aten::softmax", "attention") in via
+
+
+@pytest.mark.slow
+def test_call_facts_give_real_and_padded_tokens(service_capture):
+    run_dir, own, _ = service_capture
+    want = [(r["tokens"], r["padded_tokens"]) for r in measured(own)]
+    with tracekit.open(run_dir) as t:
+        got = t.sql(
+            "SELECT s.request_id, max(CASE WHEN a.key = 'attention_mask.nonzero' THEN a.value END)"
+            "::BIGINT AS real, max(CASE WHEN a.key = 'attention_mask.numel' THEN a.value END)"
+            "::BIGINT AS padded FROM stages s JOIN attributes a ON a.trace_id = s.trace_id "
+            "AND a.event_id = s.event_id WHERE s.trace_id = 1 AND s.stage = 'preprocess' "
+            "GROUP BY 1 ORDER BY 1"
+        ).rows()
+    assert [(r, p) for _, r, p in got] == want
+
+
+@pytest.mark.slow
+def test_a_schedule_that_never_activates_fails_and_says_why(tmp_path):
+    run_dir = tmp_path / "sched"
+    cmd = [sys.executable, str(SERVICE), "--requests", "1", "--warmup", "1"]
+    res = run_capture(["-o", str(run_dir), "--no-nsys", "--schedule", "2,0,40",
+                       "--request", "hf_service:handle", "--warmup", "1", "--", *cmd])  # fmt: skip
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "Error: no torch trace: --schedule 2,0,40 needs more than 2 measured requests and " \
+        "the program made 1" in res.stderr  # fmt: skip
+    assert "Next:" not in res.stdout
