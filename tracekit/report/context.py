@@ -166,6 +166,8 @@ def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[
             "memcpy_summary",
             "launch_overhead",
             "stage_attributes",
+            "padding_waste",
+            "attention_score_ops",
         )
     }
     q["top_ops"] = ts.query("top_ops", trace_id=trace_id, limit=top_n).to_dicts()
