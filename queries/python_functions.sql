@@ -1,5 +1,5 @@
 -- name: python_functions
--- returns: per stage, the top $limit functions by self time: trace_id, stage, rank, name, kind ('python' | 'cpu_op'), via, calls, self_ms, share_of_stage, cumulative_share, stage_ms, coverage
+-- returns: per stage, the top $limit functions by self time: trace_id, stage, rank, name, kind ('python' | 'cpu_op'), via, calls, self_ms, share_of_stage, share_cumulative, stage_ms, coverage
 -- param: $trace_id INTEGER trace to read
 -- param: $limit INTEGER functions kept per stage
 -- default: $trace_id 1
@@ -72,7 +72,7 @@ WITH RECURSIVE ev AS (
 SELECT $trace_id::INTEGER AS trace_id, stage, rank, name, kind, via, calls,
        self_ns / 1e6 AS self_ms,
        CASE WHEN stage_ns > 0 THEN self_ns / stage_ns END AS share_of_stage,
-       CASE WHEN stage_ns > 0 THEN cum_ns / stage_ns END AS cumulative_share,
+       CASE WHEN stage_ns > 0 THEN cum_ns / stage_ns END AS share_cumulative,
        stage_ns / 1e6 AS stage_ms,
        CASE WHEN stage_ns > 0 THEN all_ns / stage_ns END AS coverage
 FROM ranked

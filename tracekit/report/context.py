@@ -173,12 +173,17 @@ def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[
     q["top_ops"] = ts.query("top_ops", trace_id=trace_id, limit=top_n).to_dicts()
     q["top_ops_all"] = ts.query("top_ops", trace_id=trace_id, limit=2**31 - 1).to_dicts()
     q["top_kernels"] = ts.query("top_kernels", trace_id=trace_id, limit=top_n).to_dicts()
+    q["python_functions"] = ts.query("python_functions", trace_id=trace_id, limit=top_n).to_dicts()
     q["idle_gaps"] = ts.query("idle_gaps", trace_id=trace_id, limit=10).to_dicts()
     return q
 
 
 NEST_COLS = (("parent", "Nested in"), ("share_of_parent", "Share of parent"))
 OPS_VIA_COLS = (("via", "In nested stage"),)
+PY_COLS = (("stage", "Stage"), ("rank", "#"), ("name", "Function"), ("kind", "Kind"),
+           ("via", "In nested stage"), ("calls", "Calls"), ("self_ms", "Self ms"),
+           ("share_of_stage", "Share of stage"), ("share_cumulative", "Cumulative"),
+           ("coverage", "Coverage"))  # fmt: skip
 
 
 def _nested(rows: Sequence[Mapping[str, Any]]) -> bool:
@@ -315,6 +320,21 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             pl,
             q["top_ops"],
             OPS_COLS + (OPS_VIA_COLS if _nested(q["stage_summary"]) else ()),
+        ),  # fmt: skip
+        *(
+            [
+                make_table(
+                    f"{t}-python",
+                    "Top Python/native functions per stage",
+                    "python_functions",
+                    pl,
+                    q["python_functions"],
+                    PY_COLS,
+                    "From torch.profiler Python events (tracekit capture --python).",
+                )
+            ]
+            if q["python_functions"]
+            else []
         ),  # fmt: skip
         make_table(
             f"{t}-kernels",
