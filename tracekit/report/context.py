@@ -168,6 +168,7 @@ def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[
             "stage_attributes",
             "padding_waste",
             "attention_score_ops",
+            "request_sizes",
         )
     }
     q["top_ops"] = ts.query("top_ops", trace_id=trace_id, limit=top_n).to_dicts()
