@@ -143,3 +143,71 @@ def test_a_schedule_that_never_activates_fails_and_says_why(tmp_path):
     assert "Error: no torch trace: --schedule 2,0,40 needs more than 2 measured requests and " \
         "the program made 1" in res.stderr  # fmt: skip
     assert "Next:" not in res.stdout
+
+
+def findings_of(run_dir: Path, trace_id: int) -> set[str]:
+    from tracekit.report.context import run_queries
+    from tracekit.report.findings import evaluate
+
+    with tracekit.open(run_dir) as t:
+        q = run_queries(t, trace_id, 15)
+    return {f.id for f in evaluate({**q, "top_ops": q["top_ops_all"]})}
+
+
+def kineto_id(run_dir: Path) -> int:
+    with tracekit.open(run_dir) as t:
+        return int(t.sql("SELECT trace_id FROM traces WHERE format = 'kineto'")["trace_id"][0])
+
+
+@pytest.mark.slow
+def test_padding_waste_matches_the_services_token_counts(service_capture):
+    run_dir, own, _ = service_capture
+    reqs = measured(own)
+    real = sum(r["tokens"] for r in reqs)
+    padded = sum(r["padded_tokens"] for r in reqs)
+    with tracekit.open(run_dir) as t:
+        rows = t.query("padding_waste", trace_id=1).to_dicts()
+        sizes = t.query("request_sizes", trace_id=1).to_dicts()
+    inf = next(r for r in rows if r["stage"] == "inference")
+    assert (inf["real_tokens"], inf["padded_tokens"]) == (real, padded)
+    assert inf["padding_share"] == pytest.approx(1 - real / padded)
+    assert sorted(r["real_tokens"] for r in sizes) == sorted(r["tokens"] for r in reqs)
+
+
+@pytest.mark.slow
+def test_padded_mode_findings_name_padding_and_attention_scores(service_capture):
+    run_dir, _, _ = service_capture
+    found = findings_of(run_dir, kineto_id(run_dir))
+    assert {"padding_waste", "attention_scores"} <= found
+    with tracekit.open(run_dir) as t:
+        row = next(r for r in t.query("attention_score_ops", trace_id=kineto_id(run_dir))
+                   .to_dicts() if r["stage"] == "inference")  # fmt: skip
+    assert row["share"] > 0.5
+    assert {"aten::mul", "aten::add", "aten::_softmax", "aten::bmm"} <= set(
+        row["top_ops"].split(", ")
+    )
+
+
+@pytest.mark.slow
+def test_bucketed_mode_has_neither_padding_nor_attention_finding(tmp_path):
+    run_dir = tmp_path / "bucket"
+    cmd = [sys.executable, str(SERVICE), "--requests", str(REQUESTS), "--padding", "bucket"]
+    res = run_capture(["-o", str(run_dir), "--no-nsys", *STAGE_ARGS, "--", *cmd])
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = findings_of(run_dir, 1)
+    assert not {"padding_waste", "attention_scores"} & found, found
+
+
+@pytest.mark.slow
+def test_python_functions_cover_preprocess(tmp_path):
+    """--python: preprocess's top Python/native functions cover at least 80% of the stage."""
+    run_dir = tmp_path / "py"
+    cmd = [sys.executable, str(SERVICE), "--requests", "2", "--warmup", "1"]
+    res = run_capture(["-o", str(run_dir), "--no-nsys", "--python", *STAGE_ARGS, "--", *cmd])
+    assert res.returncode == 0, res.stderr[-3000:]
+    with tracekit.open(run_dir) as t:
+        rows = t.query("python_functions", trace_id=1, limit=15).to_dicts()
+    pre = [r for r in rows if r["stage"] == "preprocess"]
+    assert pre[-1]["share_cumulative"] >= 0.8, pre
+    names = " ".join(r["name"] for r in pre)
+    assert "encode_batch" in names  # the Rust tokenizer's native call is named
