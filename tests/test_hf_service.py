@@ -202,7 +202,7 @@ def test_bucketed_mode_has_neither_padding_nor_attention_finding(tmp_path):
 def test_python_functions_cover_preprocess(tmp_path):
     """--python: preprocess's top Python/native functions cover at least 80% of the stage."""
     run_dir = tmp_path / "py"
-    cmd = [sys.executable, str(SERVICE), "--requests", "2", "--warmup", "1"]
+    cmd = [sys.executable, str(SERVICE), "--requests", "2", "--warmup", str(WARMUP)]
     res = run_capture(["-o", str(run_dir), "--no-nsys", "--python", *STAGE_ARGS, "--", *cmd])
     assert res.returncode == 0, res.stderr[-3000:]
     with tracekit.open(run_dir) as t:
