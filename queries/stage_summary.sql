@@ -1,5 +1,5 @@
 -- name: stage_summary
--- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, source (where the stage came from: annotated, rule, inferred:<how> depth N), count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events
+-- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, source (where the stage came from: annotated, rule, inferred:<how> depth N), count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events, parent, share_of_parent
 -- param: $trace_id INTEGER trace to summarize
 -- default: $trace_id 1
 -- Host time per stage, with statistics across requests of each request's stage total (a stage
@@ -10,10 +10,24 @@
 -- a stage: busy = per device the length of the union of the intervals of kernels/memcpys/memsets
 -- attributed to the stage (streams overlap: never a plain sum), summed over devices; span =
 -- first GPU start to last GPU end. (Zero-length GPU rows count in gpu_events only.)
+-- Nested stages (tokenize inside preprocess): parent = the stage whose ranges enclose every
+-- range of this one (innermost, same thread); NULL for a top-level stage. Shares of the
+-- top-level stages and unattributed sum to 100%; a child's share_of_parent = its total / the
+-- parent's. Children are listed right after their parent.
 WITH st AS (
     SELECT * FROM stages WHERE trace_id = $trace_id
 ), rq AS (
     SELECT * FROM requests WHERE trace_id = $trace_id
+), enc AS (  -- each range's innermost enclosing range of another stage, same thread
+    SELECT c.event_id, c.stage, arg_min(p.stage, p.dur_ns) AS parent
+    FROM st c LEFT JOIN st p
+      ON p.tid = c.tid AND p.pid IS NOT DISTINCT FROM c.pid AND p.stage <> c.stage
+     AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
+     AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
+    GROUP BY c.event_id, c.stage
+), parents AS (
+    SELECT stage, CASE WHEN count(parent) = count(*) THEN mode(parent) END AS parent
+    FROM enc GROUP BY stage
 ), per_unit AS (
     SELECT stage, coalesce(request_id, -event_id) AS unit, sum(dur_ns) AS ns,
            count(*) AS n, min(start_ns) AS first_start, min(source) AS source
@@ -64,7 +78,12 @@ SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.source, r.count::B
        CASE WHEN r.row_kind = 'stage' THEN coalesce(g.busy_ns, 0) / 1e6 END AS gpu_busy_ms,
        CASE WHEN r.row_kind = 'stage' THEN coalesce(g.last_ns - g.first_ns, 0) / 1e6 END
            AS gpu_span_ms,
-       CASE WHEN r.row_kind = 'stage' THEN coalesce(g.n, 0)::BIGINT END AS gpu_events
+       CASE WHEN r.row_kind = 'stage' THEN coalesce(g.n, 0)::BIGINT END AS gpu_events,
+       pa.parent,
+       CASE WHEN pr.total_ns > 0 THEN r.total_ns / pr.total_ns END AS share_of_parent
 FROM rows_ r CROSS JOIN e2e
 LEFT JOIN gpu_stage g ON r.row_kind = 'stage' AND g.stage = r.stage
-ORDER BY r.kind_order, r.first_start NULLS LAST, r.stage;
+LEFT JOIN parents pa ON r.row_kind = 'stage' AND pa.stage = r.stage
+LEFT JOIN rows_ pr ON pr.row_kind = 'stage' AND pr.stage = pa.parent
+ORDER BY r.kind_order, coalesce(pr.first_start, r.first_start) NULLS LAST,
+         coalesce(pa.parent, r.stage), pa.parent NULLS FIRST, r.first_start, r.stage;

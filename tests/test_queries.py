@@ -68,8 +68,11 @@ def test_every_query_runs_on_synthetic(synth: Path) -> None:
         "trace_overview",
         "stage_attributes",
     }
+    # rows only with attributes / call facts / Python events, which the synthetic trace lacks
+    # (tests/test_hf_service.py runs them on a real capture)
+    empty_here = {"stage_attributes", "padding_waste", "python_functions"}
     for name, rows in res.items():
-        if name != "stage_attributes":
+        if name not in empty_here:
             assert rows, name
 
 

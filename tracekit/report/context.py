@@ -176,11 +176,15 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
             "memcpy_summary",
             "launch_overhead",
             "stage_attributes",
+            "padding_waste",
+            "attention_score_ops",
+            "request_sizes",
         )
     }
     q["top_ops"] = ts.query("top_ops", trace_id=trace_id, limit=top_n).to_dicts()
     q["top_ops_all"] = ts.query("top_ops", trace_id=trace_id, limit=2**31 - 1).to_dicts()
     q["top_kernels"] = ts.query("top_kernels", trace_id=trace_id, limit=top_n).to_dicts()
+    q["python_functions"] = ts.query("python_functions", trace_id=trace_id, limit=top_n).to_dicts()
     q["idle_gaps"] = ts.query("idle_gaps", trace_id=trace_id, limit=10).to_dicts()
     for name in ("gpu_devices", "gpu_categories", "gpu_streams", "host_waits"):
         q[name] = ts.query(name, trace_id=trace_id).to_dicts()
@@ -248,13 +252,39 @@ def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
     return text
 
 
+NEST_COLS = (("parent", "Nested in"), ("share_of_parent", "Share of parent"))
+OPS_VIA_COLS = (("via", "In nested stage"),)
+PY_COLS = (("stage", "Stage"), ("rank", "#"), ("name", "Function"), ("kind", "Kind"),
+           ("via", "In nested stage"), ("calls", "Calls"), ("self_ms", "Self ms"),
+           ("share_of_stage", "Share of stage"), ("share_cumulative", "Cumulative"),
+           ("coverage", "Coverage"))  # fmt: skip
+
+
+def _nested(rows: Sequence[Mapping[str, Any]]) -> bool:
+    return any(r.get("parent") for r in rows)
+
+
+def _indent_children(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Stage rows with nested stages shown as '↳ child' (they follow their parent)."""
+    return [{**r, "stage": f"↳ {r['stage']}"} if r.get("parent") else dict(r) for r in rows]
+
+
+def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
+    kids = [r for r in rows if r.get("parent") == parent]
+    if not kids or n <= 0:
+        return ""
+    return ", of which " + ", ".join(
+        f"{k['stage']} {k['total_ms'] / n:.3f} ms ({k['share_of_parent'] or 0:.0%})" for k in kids
+    )
+
+
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     rows = q["stage_summary"]
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
-    split = tuple(
+    split = tuple(  # top-level stages only: nested ones are inside their parent's time
         (r["stage"], r["total_ms"], r["share"] or 0.0)
         for r in rows
-        if r["row_kind"] != "end_to_end"
+        if r["row_kind"] != "end_to_end" and not r.get("parent")
     )
     reqs = q["request_breakdown"]
     rps = None
@@ -281,16 +311,12 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             f"threads, mean {e2e['mean_ms']:.3f} ms); per thread on average: {parts}."
         )
     elif e2e:
-        parts = (
-            ", ".join(
-                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
-            )
-            if len(split) <= SENTENCE_STAGES
-            else ", ".join(
-                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
-            )
-            + rest
-        )
+        n = e2e["count"]
+        listed = split if len(split) <= SENTENCE_STAGES else shown
+        parts = ", ".join(
+            f"{name} {ms / n:.3f} ms ({share:.0%}{_of_which(rows, name, n)})"
+            for name, ms, share in listed
+        ) + rest  # "" when every stage is listed
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
             f"p99 {e2e['p99_ms']:.3f} ms; per request on average: {parts}."
@@ -367,8 +393,8 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
             "Stages",
             "stage_summary",
             p,
-            q["stage_summary"],
-            STAGE_COLS,
+            _indent_children(q["stage_summary"]),
+            STAGE_COLS + (NEST_COLS if _nested(q["stage_summary"]) else ()),
             "Statistics across requests of per-request stage totals; percentiles are "
             "quantile_cont (linear interpolation).",
             hists,
@@ -385,7 +411,29 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
             else "",
             req_charts,
         ),
-        make_table(f"{t}-ops", "Top host ops per stage", "top_ops", pl, q["top_ops"], OPS_COLS),
+        make_table(
+            f"{t}-ops",
+            "Top host ops per stage",
+            "top_ops",
+            pl,
+            q["top_ops"],
+            OPS_COLS + (OPS_VIA_COLS if _nested(q["stage_summary"]) else ()),
+        ),  # fmt: skip
+        *(
+            [
+                make_table(
+                    f"{t}-python",
+                    "Top Python/native functions per stage",
+                    "python_functions",
+                    pl,
+                    q["python_functions"],
+                    PY_COLS,
+                    "From torch.profiler Python events (tracekit capture --python).",
+                )
+            ]
+            if q["python_functions"]
+            else []
+        ),  # fmt: skip
         make_table(
             f"{t}-kernels",
             "Top GPU kernels per stage",

@@ -422,5 +422,7 @@ RULES: tuple[Callable[[Results], Iterable[Finding]], ...] = (
 
 def evaluate(results: Results) -> list[Finding]:
     """Every rule's findings, most severe first (stable within a severity)."""
-    found = [f for rule in RULES for f in rule(results)]
+    from tracekit.report import input_findings  # (imports Finding from here)
+
+    found = [f for rule in RULES for f in rule(results)] + input_findings.evaluate(results)
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
