@@ -431,7 +431,7 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
                     "From torch.profiler Python events (tracekit capture --python).",
                 )
             ]
-            if q["python_functions"]
+            if any(r["kind"] == "python" for r in q["python_functions"])  # else top_ops says it
             else []
         ),  # fmt: skip
         make_table(
