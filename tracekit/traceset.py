@@ -161,6 +161,15 @@ class TraceSet:
         numeric = [_is_numeric(str(d[1])) for d in rel.description]
         return Rows([d[0] for d in rel.description], numeric, rel.fetchall())
 
+    def query_dicts(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        """The named query's rows as dicts (what `.query(...).to_dicts()` gives, without
+        polars: a report's queries are small, and importing polars cost more than them)."""
+        from tracekit.sql import load_query
+
+        q = load_query(name)
+        res = self.rows(q.text, q.bind(params))
+        return [dict(zip(res.columns, row, strict=True)) for row in res.rows]
+
     def _execute(self, query: str, params: dict[str, Any] | None) -> duckdb.DuckDBPyConnection:
         try:
             return self.con.execute(query, params or {})

@@ -153,7 +153,7 @@ def make_table(
 def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
     """Rows of every report query for one trace (top_ops_all: every op, for the findings)."""
     q = {
-        name: ts.query(name, trace_id=trace_id).to_dicts()
+        name: ts.query_dicts(name, trace_id=trace_id)
         for name in (
             "trace_overview",
             "stage_summary",
@@ -164,10 +164,10 @@ def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[
             "stage_attributes",
         )
     }
-    q["top_ops"] = ts.query("top_ops", trace_id=trace_id, limit=top_n).to_dicts()
-    q["top_ops_all"] = ts.query("top_ops", trace_id=trace_id, limit=2**31 - 1).to_dicts()
-    q["top_kernels"] = ts.query("top_kernels", trace_id=trace_id, limit=top_n).to_dicts()
-    q["idle_gaps"] = ts.query("idle_gaps", trace_id=trace_id, limit=10).to_dicts()
+    q["top_ops"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=top_n)
+    q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
+    q["top_kernels"] = ts.query_dicts("top_kernels", trace_id=trace_id, limit=top_n)
+    q["idle_gaps"] = ts.query_dicts("idle_gaps", trace_id=trace_id, limit=10)
     return q
 
 
