@@ -45,8 +45,9 @@ def derive(
         con.execute(_events_ddl())
     con.execute("CREATE OR REPLACE TEMP TABLE _stage_rules (stage VARCHAR, pattern VARCHAR)")
     if rules:
-        con.executemany(
-            "INSERT INTO _stage_rules VALUES (?, ?)", [(r.stage, r.pattern) for r in rules]
+        con.execute(
+            "INSERT INTO _stage_rules SELECT unnest($stages), unnest($patterns)",
+            {"stages": [r.stage for r in rules], "patterns": [r.pattern for r in rules]},
         )
     steps = derive_steps()
     for k, (what, sql) in enumerate(steps, 1):
