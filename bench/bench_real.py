@@ -48,6 +48,7 @@ path = sys.argv[1]
 t0 = time.perf_counter()
 if path.endswith(".sqlite"):
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con.text_factory = bytes  # (some exports hold text that is not UTF-8)
     n = 0
     for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
         for _ in con.execute(f'SELECT * FROM "{table}"'):
@@ -97,8 +98,11 @@ class Bench:
 
     def measure(self, trace: Path) -> None:
         name = trace.name
-        out = subprocess.run([sys.executable, "-c", BASELINE, str(trace)], capture_output=True,
-                             text=True, check=True).stdout.split()  # fmt: skip
+        proc = subprocess.run([sys.executable, "-c", BASELINE, str(trace)],
+                              capture_output=True, text=True)  # fmt: skip
+        if proc.returncode != 0:
+            raise SystemExit(f"baseline of {trace} failed:\n{proc.stderr[-3000:]}")
+        out = proc.stdout.split()
         self.note(name, "baseline", float(out[0]))
         self.events[name] = int(out[1])
         self.clear_cache(trace)
@@ -219,6 +223,7 @@ def main() -> None:
             bench.measure(t)
         print(f"  round {r + 1}/{args.rounds} done ({time.perf_counter() - t0:.0f} s)",
               file=sys.stderr, flush=True)  # fmt: skip
+        print(table(bench, traces), file=sys.stderr, flush=True)  # (so far: a crash loses less)
     uptime = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
     print(f"load average at end: {' '.join(uptime)}; medians of {args.rounds} rounds\n")
     print(table(bench, traces))
