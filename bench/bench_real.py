@@ -51,7 +51,7 @@ if path.endswith(".sqlite"):
     con.text_factory = bytes  # (some exports hold text that is not UTF-8)
     n = 0
     for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-        for _ in con.execute(f'SELECT * FROM "{table}"'):
+        for _ in con.execute(f'SELECT * FROM "{table.decode()}"'):
             n += 1
 else:
     with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
