@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -29,11 +30,54 @@ COMMANDS = (
 )
 
 
+# The first sentence of each command's help (all that a listing shows), so `tracekit --help`
+# lists the commands without importing them (tests/test_startup.py holds them equal).
+SUMMARIES = {
+    "ingest": (
+        "Load nsys SQLite exports, .nsys-rep files, Kineto/Chrome JSON traces or folders of "
+        "them into DuckDB stores."
+    ),
+    "sql": "Run SQL over traces, run folders or stores.",
+    "query": "Run a named query from the catalogue (docs/queries.md) over traces or stores.",
+    "report": (
+        "Write a report: end-to-end latency split by stage, findings, top ops and kernels, GPU "
+        "busy/idle and copies, one section per trace (docs/report.md)."
+    ),
+    "capture": "Run CMD under nsys and/or torch.profiler and write traces + capture.json.",
+    "doctor": "Check that this machine can capture and read traces (exit 1 when a trap is found).",
+    "diff": (
+        "Compare a baseline with a candidate: stage latency (p50/p90/p99/mean), throughput, GPU"
+        " busy, and ops/kernels that grew, shrank, appeared or vanished."
+    ),
+    "check": "Hold TRACE to latency budgets.",
+    "export": (
+        "Export traces or stores as Parquet (hive-partitioned by trace_id) for DuckDB, Spark "
+        "SQL or Trino (docs/export.md)."
+    ),
+    "scrub": (
+        "Write a shareable copy of an nsys SQLite export or a Kineto/Chrome JSON trace, without"
+        " environment variables, command lines or host names."
+    ),
+}
+
+
 class TracekitGroup(click.Group):
-    """Loads subcommands lazily so `tracekit sql` never pays for importing torch."""
+    """Loads subcommands lazily so `tracekit sql` never pays for importing torch, and
+    `tracekit --help` for importing any of them."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if self._load(name) is not None]
+        return [name for name in COMMANDS
+                if importlib.util.find_spec(f"tracekit.commands.{name}") is not None]  # fmt: skip
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from click.utils import make_default_short_help
+
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)
+        rows = [(name, make_default_short_help(SUMMARIES[name], limit)) for name in names]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self._load(cmd_name) if cmd_name in COMMANDS else None

@@ -51,8 +51,9 @@ def derive(
     con.execute("CREATE OR REPLACE TEMP TABLE _infer_opts (depth INTEGER)")
     con.execute(f"INSERT INTO _infer_opts VALUES ({'NULL' if depth is None else int(depth)})")
     if rules:
-        con.executemany(
-            "INSERT INTO _stage_rules VALUES (?, ?)", [(r.stage, r.pattern) for r in rules]
+        con.execute(
+            "INSERT INTO _stage_rules SELECT unnest($stages), unnest($patterns)",
+            {"stages": [r.stage for r in rules], "patterns": [r.pattern for r in rules]},
         )
     steps = derive_steps()
     for k, (what, sql) in enumerate(steps, 1):

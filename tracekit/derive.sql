@@ -58,10 +58,17 @@ WHERE g.tid IS NULL AND g.correlation IS NOT NULL AND g.correlation <> 0
 GROUP BY g.event_id;
 
 -- @step stages
--- 3. Stages: tracekit:<stage> ranges, plus user rules (outermost match per thread).
+-- 3. Stages: tracekit:<stage> ranges, plus user rules (outermost match per thread). Each
+-- rule's regex runs once per distinct name, not per event (1e6 Kineto events: 2-3 s -> 0.1 s).
 CREATE OR REPLACE TEMP TABLE _rule_hits AS
-SELECT e.event_id, r.stage, e.start_ns, e.end_ns, e.pid, e.tid
-FROM _events_raw e JOIN _stage_rules r ON regexp_matches(e.name, r.pattern)
+WITH names AS (
+    SELECT DISTINCT name FROM _events_raw
+    WHERE kind IN ('range', 'cpu_op', 'python') AND (SELECT count(*) FROM _stage_rules) > 0
+), matched AS (
+    SELECT n.name, r.stage FROM names n JOIN _stage_rules r ON regexp_matches(n.name, r.pattern)
+)
+SELECT e.event_id, m.stage, e.start_ns, e.end_ns, e.pid, e.tid
+FROM _events_raw e JOIN matched m ON e.name = m.name
 WHERE e.kind IN ('range', 'cpu_op', 'python') AND e.tid IS NOT NULL
   AND NOT (e.kind = 'range' AND e.name LIKE 'tracekit:%');
 
@@ -71,14 +78,18 @@ FROM _events_raw
 WHERE kind = 'range' AND name LIKE 'tracekit:%' AND name <> 'tracekit:request'
   AND tid IS NOT NULL AND length(name) > 9
 UNION ALL
+-- A hit is dropped when another hit of its stage and thread contains it (the same interval:
+-- the later event_id is dropped). In the order start, end descending, event_id, a hit's
+-- containers are exactly the rows before it that end at or after it: one window sweep (the
+-- NOT EXISTS self-join it replaces was quadratic: 11.7 s at 5e6 nsys kernels, this 0.05 s).
 SELECT h.event_id, h.stage, h.start_ns, h.end_ns, h.pid, h.tid, 'rule'
-FROM _rule_hits h
-WHERE NOT EXISTS (
-    SELECT 1 FROM _rule_hits o
-    WHERE o.stage = h.stage AND o.tid = h.tid AND o.pid IS NOT DISTINCT FROM h.pid
-      AND o.event_id <> h.event_id AND o.start_ns <= h.start_ns AND o.end_ns >= h.end_ns
-      AND (o.start_ns < h.start_ns OR o.end_ns > h.end_ns OR o.event_id < h.event_id)
-);
+FROM (
+    SELECT *, max(end_ns) OVER (
+        PARTITION BY stage, pid, tid ORDER BY start_ns, end_ns DESC, event_id
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_end
+    FROM _rule_hits
+) h
+WHERE h.before_end IS NULL OR h.before_end < h.end_ns;
 
 -- @step requests
 -- 4. Requests: tracekit:request ranges; else ProfilerStep#N; else one request per run of

@@ -102,6 +102,10 @@ class SparkTraceSet:
 
         return run_named_query(self.sql, name, params)
 
+    def query_dicts(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        """The named query's rows as dicts (TraceSet.query_dicts)."""
+        return self.query(name, **params).to_dicts()
+
     def close(self) -> None:
         for table in TABLES:
             self.spark.catalog.dropTempView(table)

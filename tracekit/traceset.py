@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -105,6 +106,8 @@ class QuerySource(Protocol):
 
     def query(self, name: str, **params: Any) -> pl.DataFrame: ...
 
+    def query_dicts(self, name: str, **params: Any) -> list[dict[str, Any]]: ...
+
     def close(self) -> None: ...
 
     def __enter__(self) -> QuerySource: ...
@@ -139,6 +142,23 @@ def open_engine(
     return open_traces(list(paths), stage_rules=stage_rules, refresh=refresh, read_only=read_only)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """A query's result as plain rows (TraceSet.rows)."""
+
+    columns: list[str]
+    numeric: list[bool]  # per column: a number (right-aligned in a table)
+    rows: list[tuple[Any, ...]]
+
+
+_NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                  "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")  # fmt: skip
+
+
+def _is_numeric(duckdb_type: str) -> bool:
+    return duckdb_type.split("(")[0] in _NUMERIC_TYPES
+
+
 class TraceSet:
     """One or more ingested traces behind one DuckDB connection.
 
@@ -159,18 +179,39 @@ class TraceSet:
 
     def sql(self, query: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
         """Run SQL and return a polars DataFrame."""
-        try:
-            rel = self.con.execute(query, params or {})
-        except duckdb.Error as e:
-            msg = _first_line(e)
-            if "read-only" in msg:
-                msg += " (stores open read-only; `tracekit sql --write` opens a store read-write)"
-            raise QueryError(msg) from None
+        rel = self._execute(query, params)
         if rel.description is None:
             import polars as pl
 
             return pl.DataFrame()
         return rel.pl()
+
+    def rows(self, query: str, params: dict[str, Any] | None = None) -> Rows:
+        """Run SQL and return its rows as Python tuples (no polars: `tracekit sql` prints a
+        table or JSON from these, without the 0.3-0.5 s of importing polars and numpy)."""
+        rel = self._execute(query, params)
+        if rel.description is None:
+            return Rows([], [], [])
+        numeric = [_is_numeric(str(d[1])) for d in rel.description]
+        return Rows([d[0] for d in rel.description], numeric, rel.fetchall())
+
+    def query_dicts(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        """The named query's rows as dicts (what `.query(...).to_dicts()` gives, without
+        polars: a report's queries are small, and importing polars cost more than them)."""
+        from tracekit.sql import load_query
+
+        q = load_query(name)
+        res = self.rows(q.text, q.bind(params))
+        return [dict(zip(res.columns, row, strict=True)) for row in res.rows]
+
+    def _execute(self, query: str, params: dict[str, Any] | None) -> duckdb.DuckDBPyConnection:
+        try:
+            return self.con.execute(query, params or {})
+        except duckdb.Error as e:
+            msg = _first_line(e)
+            if "read-only" in msg:
+                msg += " (stores open read-only; `tracekit sql --write` opens a store read-write)"
+            raise QueryError(msg) from None
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Run the named query `queries/<name>.sql` over every trace (or `trace_id=N`)."""

@@ -56,7 +56,9 @@ def command(
         refresh=refresh,
         read_only=not write,
     ) as traces:
-        df = traces.sql(query)
+        # (table and json from plain rows: importing polars would triple a warm query's time)
+        rows = getattr(traces, "rows", None)  # DuckDB has it; Spark returns DataFrames only
+        df = rows(query) if rows is not None and fmt in ("table", "json") else traces.sql(query)
     data = render_result(df, fmt)
     if output is not None:
         with atomic_output(output, binary=True) as fh:

@@ -18,12 +18,14 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from tracekit.errors import TraceFormatError
+
+if TYPE_CHECKING:  # (numpy is imported where it is used: 0.1-0.2 s at start-up)
+    import numpy as np
 
 BLOCK_BYTES = 16 * 1024 * 1024
 _QUOTE, _BSLASH = ord('"'), ord("\\")
@@ -76,6 +78,8 @@ def _real_quotes(a: np.ndarray, data: bytes, escape_pending: bool = False) -> np
     A quote is escaped when preceded by an odd run of backslashes (rare: the loop is fine);
     `escape_pending` says the bytes before `data` ended on an odd run inside a string.
     """
+    import numpy as np  # (lazily: `tracekit sql` on a built store never needs it)
+
     quotes = np.flatnonzero(a == _QUOTE)
     if not len(quotes):
         return quotes
@@ -107,6 +111,8 @@ class _Structure:
 
     def scan(self, block: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (positions, byte values, depth after each) of brackets outside strings."""
+        import numpy as np
+
         a = np.frombuffer(block, dtype=np.uint8)
         quotes = _real_quotes(a, block, self.escape_pending)
         brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
@@ -443,6 +449,8 @@ def exact_cut(f: IO[bytes], start: int, target: int) -> tuple[int, int] | None:
     """Like likely_cut, but scanned from `start`, where an element begins (outside strings,
     inside the array): the first element end at or after `target` (None when the array ends
     first)."""
+    import numpy as np
+
     st = _Structure()
     st.depth = 1  # inside the array, outside any string
     f.seek(start)
@@ -519,6 +527,8 @@ def _array_end_from_tail(tail: bytes, events_depth: int) -> int:
     leftmost one that takes the depth from events_depth - 1 to events_depth with no return to
     events_depth - 1 further left (its '[' lies before the tail). Returns -1 if none.
     """
+    import numpy as np
+
     a = np.frombuffer(tail, dtype=np.uint8)
     quotes = _real_quotes(a, tail)
     brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
@@ -549,6 +559,8 @@ def _position(f: IO[bytes]) -> Callable[[], int]:
 def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int,
           tell: Callable[[], int] | None = None,
           progress: Callable[[int], None] | None = None) -> Iterator[bytes]:  # fmt: skip
+    import numpy as np
+
     st = _Structure()
     prefix = bytearray()  # document bytes before the events array
     pending = b""  # bytes of the array not yet handed out
@@ -659,6 +671,8 @@ def _find_events_array(
     path: Path,
 ) -> tuple[int, int, str]:
     """Locate the '[' of traceEvents (or of the root array). Returns (-1, -1, '') if not yet."""
+    import numpy as np
+
     if len(positions) == 0:
         return -1, -1, ""
     if not prefix:

@@ -167,7 +167,7 @@ def make_table(
 def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
     """Rows of every report query for one trace (top_ops_all: every op, for the findings)."""
     q = {
-        name: ts.query(name, trace_id=trace_id).to_dicts()
+        name: ts.query_dicts(name, trace_id=trace_id)
         for name in (
             "trace_overview",
             "stage_summary",
@@ -181,13 +181,13 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
             "request_sizes",
         )
     }
-    q["top_ops"] = ts.query("top_ops", trace_id=trace_id, limit=top_n).to_dicts()
-    q["top_ops_all"] = ts.query("top_ops", trace_id=trace_id, limit=2**31 - 1).to_dicts()
-    q["top_kernels"] = ts.query("top_kernels", trace_id=trace_id, limit=top_n).to_dicts()
-    q["python_functions"] = ts.query("python_functions", trace_id=trace_id, limit=top_n).to_dicts()
-    q["idle_gaps"] = ts.query("idle_gaps", trace_id=trace_id, limit=10).to_dicts()
+    q["top_ops"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=top_n)
+    q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
+    q["top_kernels"] = ts.query_dicts("top_kernels", trace_id=trace_id, limit=top_n)
+    q["python_functions"] = ts.query_dicts("python_functions", trace_id=trace_id, limit=top_n)
+    q["idle_gaps"] = ts.query_dicts("idle_gaps", trace_id=trace_id, limit=10)
     for name in ("gpu_devices", "gpu_categories", "gpu_streams", "host_waits"):
-        q[name] = ts.query(name, trace_id=trace_id).to_dicts()
+        q[name] = ts.query_dicts(name, trace_id=trace_id)
     return q
 
 
@@ -313,10 +313,13 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     elif e2e:
         n = e2e["count"]
         listed = split if len(split) <= SENTENCE_STAGES else shown
-        parts = ", ".join(
-            f"{name} {ms / n:.3f} ms ({share:.0%}{_of_which(rows, name, n)})"
-            for name, ms, share in listed
-        ) + rest  # "" when every stage is listed
+        parts = (
+            ", ".join(
+                f"{name} {ms / n:.3f} ms ({share:.0%}{_of_which(rows, name, n)})"
+                for name, ms, share in listed
+            )
+            + rest
+        )  # "" when every stage is listed
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
             f"p99 {e2e['p99_ms']:.3f} ms; per request on average: {parts}."
