@@ -70,11 +70,10 @@ class TracekitGroup(click.Group):
                 if importlib.util.find_spec(f"tracekit.commands.{name}") is not None]  # fmt: skip
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from click.utils import make_default_short_help
-
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(map(len, names), default=0)
-        rows = [(name, make_default_short_help(SUMMARIES[name], limit)) for name in names]
+        rows = [(name, click.Command(name, help=SUMMARIES[name]).get_short_help_str(limit))
+                for name in names]  # fmt: skip
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

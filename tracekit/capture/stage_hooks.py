@@ -127,7 +127,7 @@ class StageHooks:
             self._finder = _Finder(self, pending)
             sys.meta_path.insert(0, self._finder)
 
-    def main_namespace(self, globals_: dict[str, Any]) -> MutableMapping[str, Any] | dict:
+    def main_namespace(self, globals_: dict[str, Any]) -> MutableMapping[str, Any] | dict[str, Any]:
         """The locals mapping to exec `__main__` code with (the dict itself if no targets)."""
         if not self.main_targets:
             return globals_

@@ -76,7 +76,7 @@ def _load_target(target: list[str]) -> tuple[types.CodeType, types.ModuleType, l
         main.__loader__ = spec.loader
         main.__package__ = spec.parent
         sys.argv = [spec.origin or name, *target[2:]]
-        return code, main, [name]  # type: ignore[return-value]
+        return code, main, [name]
     script = Path(target[0])
     source = script.read_bytes()
     main.__file__ = str(script)

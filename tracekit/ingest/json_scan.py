@@ -315,7 +315,7 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     fallocate = _fallocate()
     if fallocate is None:
         return False
-    return fallocate(fd, _FALLOC_PUNCH_HOLE, offset, length) == 0
+    return bool(fallocate(fd, _FALLOC_PUNCH_HOLE, offset, length) == 0)
 
 
 @functools.cache
@@ -355,6 +355,7 @@ def locate_events_array(
     file with the full scanner, which names what is wrong.
     """
     raw = open(path, "rb")
+    owned = True  # we close raw, unless the unzip thread took it over
     try:
         gz = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
@@ -368,7 +369,7 @@ def locate_events_array(
             out = open(scratch, "ab")
             unzip = ScratchGunzip(f, raw, out, path, head, start, result)
             array = EventsArray(scratch, 0, len(head) - start, unzip)
-            raw = None  # (the unzip closes the files)
+            owned = False  # (the unzip closes the files)
             try:
                 unzip.start()
                 return array
@@ -378,7 +379,7 @@ def locate_events_array(
         array = EventsArray(path, start, os.fstat(raw.fileno()).st_size)
         found = _array_end(raw, array, _events_depth(head, start))
     finally:
-        if raw is not None:
+        if owned:
             raw.close()
     top = _top(head, start, found)
     if found is None or top is None:

@@ -371,7 +371,7 @@ def _map_chunk_rows(con: duckdb.DuckDBPyConnection, sql: dict[str, str], fates: 
     if any(g[0] == "python" for g in groups):
         con.execute(sql["rare"])
     for *key, n, first in groups:
-        total = fates.setdefault(tuple(key), [0, first])  # type: ignore[arg-type]
+        total = fates.setdefault(tuple(key), [0, first])
         total[0] += n
         total[1] = min(total[1], first)
     return sum(g[4] for g in groups)
@@ -683,7 +683,8 @@ def _without_env(value: Any) -> Any:
 
 def _trace_info(top: dict[str, Any], stats: IngestStats) -> TraceInfo:
     devices = top.get("deviceProperties")
-    dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
+    dist_info = top.get("distributedInfo")
+    dist: dict[str, Any] = dist_info if isinstance(dist_info, dict) else {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
     base = top.get("baseTimeNanoseconds")
     try:
