@@ -21,7 +21,7 @@ HEAVY = ("duckdb", "polars", "numpy", "pyarrow", "orjson", "jinja2")
 _PROBE = """
 import contextlib, io, json, sys
 from tracekit.cli import main
-out = io.StringIO()
+out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # (commands write bytes to .buffer)
 with contextlib.redirect_stdout(out):
     try:
         main(sys.argv[1:], standalone_mode=False)
@@ -29,7 +29,8 @@ with contextlib.redirect_stdout(out):
         pass
 heavy = {heavy!r}
 loaded = sorted(m for m in sys.modules if m in heavy or m.startswith("tracekit.commands."))
-print(json.dumps({{"loaded": loaded, "out": out.getvalue()}}))
+out.flush()
+print(json.dumps({{"loaded": loaded, "out": out.buffer.getvalue().decode()}}))
 """
 
 

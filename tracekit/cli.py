@@ -37,7 +37,9 @@ SUMMARIES = {
         "Load nsys SQLite exports, .nsys-rep files, Kineto/Chrome JSON traces or folders of "
         "them into DuckDB stores."
     ),
-    "sql": "Run SQL over traces, run folders or stores.",
+    "sql": (
+        "Run SQL (DuckDB's dialect) over traces, run folders, stores or Parquet export folders."
+    ),
     "query": "Run a named query from the catalogue (docs/queries.md) over traces or stores.",
     "report": (
         "Write a report: end-to-end latency split by stage, findings, top ops and kernels, GPU "
@@ -46,8 +48,9 @@ SUMMARIES = {
     "capture": "Run CMD under nsys and/or torch.profiler and write traces + capture.json.",
     "doctor": "Check that this machine can capture and read traces (exit 1 when a trap is found).",
     "diff": (
-        "Compare a baseline with a candidate: stage latency (p50/p90/p99/mean), throughput, GPU"
-        " busy, and ops/kernels that grew, shrank, appeared or vanished."
+        "Compare a baseline with a candidate: a headline naming the changes that matter, stage "
+        "latency (p50/p90/p99/mean), throughput, GPU busy per device, and ops/kernels compared "
+        "per call, each change split into more calls and slower calls, per unit of work."
     ),
     "check": "Hold TRACE to latency budgets.",
     "export": (
@@ -58,6 +61,7 @@ SUMMARIES = {
         "Write a shareable copy of an nsys SQLite export or a Kineto/Chrome JSON trace, without"
         " environment variables, command lines or host names."
     ),
+    "cache": "Show or trim the cache of stores built from traces (default: `list`).",
 }
 
 
