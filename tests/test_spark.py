@@ -176,9 +176,80 @@ def test_every_catalogue_query_transpiles_to_spark_sql() -> None:
         text = to_spark(q.text).upper()
         for duckdb_only in ("ASOF", "MATERIALIZED", "INT128", "HUGEINT", "QUANTILE_CONT"):
             assert duckdb_only not in text, f"{name}: {duckdb_only} left in the Spark SQL"
+        assert not re.search(r"\bTK_\w+\(|QUERY_TABLE", text), f"{name}: a macro call left"
         assert not re.search(r"\$[A-Z_]", text), f"{name}: a $parameter left in the Spark SQL"
         for p in q.params:
             assert f":{p.name.upper()}" in text, f"{name}: ${p.name} is not a Spark parameter"
+
+
+def _expanded_duckdb(sql: str) -> str:
+    """DuckDB SQL with tracekit's macro calls expanded (spark_sql's expansion, DuckDB's writer)."""
+    import sqlglot
+
+    from tracekit.spark_sql import expand_macros
+
+    return ";\n".join(
+        expand_macros(tree).sql(dialect="duckdb")
+        for tree in sqlglot.parse(sql, read="duckdb")
+        if tree is not None
+    )
+
+
+def test_expanded_macros_give_the_macros_rows_on_duckdb(lake: tuple[Path, Path]) -> None:
+    """The expansion Spark runs, checked apart from Spark: every named query with its macro
+    calls expanded (and nothing else changed) returns on DuckDB the rows the macros return."""
+    pytest.importorskip("sqlglot", reason="the spark extra (sqlglot) is not installed")
+    from tracekit.spark_sql import macros
+    from tracekit.sql import run_named_query
+
+    ranks, _ = lake
+    calling = 0
+    with tracekit.open(ranks) as t:
+        for name, params in runs(lake):
+            text = all_queries()[name].text
+            expanded = _expanded_duckdb(text)
+            if not any(re.search(rf"\b{m}\s*\(", text) for m in macros()):
+                continue
+            calling += 1
+            assert not re.search(r"\btk_(?!category_rules\b)\w+\s*\(|query_table", expanded), name
+            want = t.query(name, **params).to_dicts()
+            got = run_named_query(
+                lambda sql, p: t.sql(_expanded_duckdb(sql), p), name, params
+            ).to_dicts()
+            assert_same_rows(want, got, f"{name} {params} expanded")
+    assert calling >= 5 * 8  # the GPU, stage, request and compare queries call macros
+
+
+def test_macro_expansion_shapes() -> None:
+    """Scalar macros nest (tk_kernel_name calls three others), arguments keep their
+    precedence, a table macro keeps its alias, and a misuse is a QueryError."""
+    pytest.importorskip("sqlglot", reason="the spark extra (sqlglot) is not installed")
+    import duckdb
+
+    from tracekit.errors import QueryError
+    from tracekit.spark_sql import to_spark
+
+    con = duckdb.connect()  # no macros on it: the expanded text must stand alone
+    sql = (
+        "SELECT tk_op_name('aten::mm' || ', seq = 4, op_id = 7') AS op, "
+        "tk_kernel_name('void at::native::vectorized_elementwise_kernel<4, float>(int)') AS k, "
+        "tk_copy_direction('memcpy', 'Memcpy DtoH (Device -> Pinned)', NULL) AS d"
+    )
+    assert con.execute(_expanded_duckdb(sql)).fetchall() == [
+        ("aten::mm", "vectorized_elementwise_kernel<…>", "DtoH")
+    ]
+    spark = to_spark(
+        "WITH iv AS (SELECT 1 AS key, 0 AS start_ns, 5 AS end_ns) "
+        "SELECT u.union_ns FROM tk_union_ns('iv') u JOIN tk_union_ns('iv') v USING (key)"
+    )
+    assert "tk_union_ns_1__o" in spark and "tk_union_ns_2__o" in spark  # one WITH, no clash
+    assert ") AS u" in spark and ") AS v" in spark
+    with pytest.raises(QueryError, match="name of a table or CTE"):
+        to_spark("SELECT * FROM tk_union_ns(iv)")
+    with pytest.raises(QueryError, match="takes 1 argument"):
+        to_spark("SELECT tk_op_name(a, b) FROM t")
+    with pytest.raises(QueryError, match="table macro"):
+        to_spark("SELECT tk_islands('iv')")
 
 
 def test_query_show_engine_spark_prints_spark_sql() -> None:
@@ -218,6 +289,31 @@ def test_every_catalogue_query_on_spark_matches_duckdb(spark: Any, lake: tuple[P
             want = duck.query(name, **params).to_dicts()
             got = sp.query(name, **params).to_dicts()
             assert_same_rows(want, got, f"{name} {params}")
+
+
+@pytest.mark.slow
+def test_category_rules_of_a_tracekit_toml_reach_spark(
+    spark: Any, lake: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tk_category_rules on Spark holds the rules DuckDB's connection gets: a tracekit.toml's
+    [[category]] tables first (here one that takes elementwise kernels), then the built-in."""
+    from tracekit.spark import open_spark
+
+    (tmp_path / "tracekit.toml").write_text(
+        '[[category]]\nname = "mine"\nkernel = "elementwise"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    ranks, pq = lake
+    with tracekit.open(ranks) as duck, open_spark([pq], spark=spark) as sp:
+        rules = sp.sql("SELECT * FROM tk_category_rules ORDER BY priority").to_dicts()
+        assert rules == duck.sql("SELECT * FROM tk_category_rules ORDER BY priority").to_dicts()
+        assert rules[0] == {
+            "priority": 0, "category": "mine", "target": "kernel", "pattern": "elementwise"
+        }  # fmt: skip
+        want = duck.query("gpu_categories", trace_id=2).to_dicts()
+        got = sp.query("gpu_categories", trace_id=2).to_dicts()
+    assert "mine" in {r["category"] for r in want}
+    assert_same_rows(want, got, "gpu_categories with a tracekit.toml")
 
 
 @pytest.mark.slow

@@ -79,13 +79,14 @@ def user_rules(directory: Path | None = None) -> list[CategoryRule]:
 
 
 @cache
-def _macros_sql() -> str:
+def macros_sql() -> str:
+    """The text of tracekit/macros.sql (DuckDB; tracekit.spark_sql expands it for Spark)."""
     return files("tracekit").joinpath("macros.sql").read_text()
 
 
 def install(con: duckdb.DuckDBPyConnection, rules: list[CategoryRule] | None = None) -> None:
     """Create tracekit's SQL macros on `con` and fill tk_category_rules."""
-    con.execute(_macros_sql())
+    con.execute(macros_sql())
     if rules is None:
         rules = user_rules() + list(builtin_rules())
     con.execute("DELETE FROM tk_category_rules")

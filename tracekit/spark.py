@@ -7,7 +7,10 @@
 Optional: needs `pip install 'tracekit-profiler[spark]'` (pyspark, sqlglot) and a Java 17 runtime.
 Nothing on the default (DuckDB) path imports this module. Each table of the export folder(s)
 becomes a temp view of the same name; the catalogue's DuckDB SQL is transpiled by
-tracekit.spark_sql. Several folders are numbered 1..N in input order, as DuckDB does.
+tracekit.spark_sql (tracekit's macros expanded from tracekit/macros.sql). The GPU category
+rules the macros read become the temp view `tk_category_rules`, with the rows a DuckDB
+connection gets (tracekit.categories: a tracekit.toml's [[category]] tables, then the
+built-in ones). Several folders are numbered 1..N in input order, as DuckDB does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracekit.categories import CategoryRule, builtin_rules, user_rules
 from tracekit.errors import QueryError, TracekitError
 from tracekit.lake import export_table_path, is_export_dir
 from tracekit.store import TABLES
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
     import polars as pl
     from pyspark.sql import DataFrame, SparkSession
 
+RULES_VIEW = "tk_category_rules"  # tracekit/macros.sql's table, a temp view on Spark
 MASTER_ENV = "TRACEKIT_SPARK_MASTER"  # default local[*]
 PERCENTILES_ENV = "TRACEKIT_SPARK_PERCENTILES"  # 'exact' (default) or 'approx'
 
@@ -107,7 +112,7 @@ class SparkTraceSet:
         return self.query(name, **params).to_dicts()
 
     def close(self) -> None:
-        for table in TABLES:
+        for table in (*TABLES, RULES_VIEW):
             self.spark.catalog.dropTempView(table)
         if self._owns_session:
             self.spark.stop()
@@ -144,8 +149,10 @@ def open_spark(
     paths: str | Path | Sequence[str | Path],
     spark: SparkSession | None = None,
     approx_percentiles: bool | None = None,
+    rules: list[CategoryRule] | None = None,
 ) -> SparkTraceSet:
-    """Register the tables of export folders (local paths or URIs Spark reads) as temp views."""
+    """Register the tables of export folders (local paths or URIs Spark reads) as temp views,
+    and the GPU category rules (default: tracekit.toml's, then the built-in ones)."""
     why = spark_available()
     if why:
         raise TracekitError(f"--engine spark: {why}")
@@ -160,10 +167,13 @@ def open_spark(
             )
     if approx_percentiles is None:
         approx_percentiles = os.environ.get(PERCENTILES_ENV, "exact").lower() == "approx"
+    if rules is None:
+        rules = user_rules() + list(builtin_rules())
     owns = spark is None
     session = spark or local_session()
     try:
         _register(session, sources)
+        register_rules(session, rules)
     except Exception as e:
         if owns:
             session.stop()
@@ -198,3 +208,11 @@ def _register(spark: SparkSession, sources: list[str]) -> None:
         for more in parts[1:]:
             df = df.unionByName(more)
         df.createOrReplaceTempView(t)
+
+
+def register_rules(spark: SparkSession, rules: list[CategoryRule]) -> None:
+    """The temp view tk_category_rules: (priority, category, target, pattern), the rows
+    tracekit.categories.install puts in DuckDB's table (priority = position, first wins)."""
+    rows = [(i, r.category, r.target, r.pattern) for i, r in enumerate(rules)]
+    schema = "priority INT, category STRING, target STRING, pattern STRING"
+    spark.createDataFrame(rows, schema).createOrReplaceTempView(RULES_VIEW)

@@ -1,6 +1,24 @@
-"""The catalogue's DuckDB SQL as Spark SQL: sqlglot's transpiler plus a few rules of ours.
+"""The catalogue's DuckDB SQL as Spark SQL: tracekit's macros expanded, then sqlglot's
+transpiler plus a few rules of ours.
 
-sqlglot reads the DuckDB text and writes Spark SQL (`$name` parameters become Spark's named
+Macros first. The catalogue calls the DuckDB macros of tracekit/macros.sql, which Spark does
+not have. That file stays their one definition: it is parsed with sqlglot (DuckDB dialect)
+and every call is expanded in the query's tree before transpiling, repeatedly, since macros
+call macros:
+
+- a scalar macro call (`tk_op_name(p.name)`) becomes its body, in parentheses, with each
+  parameter replaced by the argument's expression;
+- a table macro in FROM or JOIN (`FROM tk_union_ns('iv')`, `tk_gpu_activity($trace_id) g`)
+  becomes a subquery of its body, aliased as the call was (else by the macro's name), with
+  `query_table(param)` replaced by the table or CTE the argument names and every other
+  parameter by the argument. The body's own CTEs are renamed `<macro>_<n>__<cte>` (n counts
+  the calls; a reference keeps the old name as its alias): sqlglot's Spark writer hoists
+  nested CTEs into the statement's one WITH, where two calls' `o` would clash.
+
+The `tk_category_rules` table the macros read is a Spark temp view filled by tracekit.spark
+from the same rules (tracekit.categories).
+
+Then sqlglot reads the DuckDB text and writes Spark SQL (`$name` parameters become Spark's named
 `:name` markers, `->>` becomes get_json_object, `arg_min` min_by, `regexp_matches` RLIKE,
 DuckDB's NULLS LAST default is written out ...). What it leaves for us, as AST rewrites:
 
@@ -12,15 +30,20 @@ DuckDB's NULLS LAST default is written out ...). What it leaves for us, as AST r
   wrapped in a one-element array and the brackets are cut off again.
 - `CAST(x AS JSON[])`: `from_json(x, 'ARRAY<STRING>')`, each element's JSON text.
 - `HUGEINT`: `DECIMAL(38, 0)` (Spark has no 128-bit integer).
+- `regexp_matches(x, p, 'i')`: `x RLIKE concat('(?i)', p)` (sqlglot drops the flag).
 
 Anything else the catalogue needs is written portably in the query itself (docs/export.md).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 
-from tracekit.errors import TracekitError
+from tracekit.categories import macros_sql
+from tracekit.errors import QueryError, TracekitError
 
 try:
     import sqlglot
@@ -31,6 +54,7 @@ except ImportError:  # pragma: no cover - the spark extra is missing
     ) from None
 
 APPROX_ACCURACY = 10000  # percentile_approx's accuracy: rank error at most n / 10000
+MAX_MACRO_DEPTH = 16  # expansion rounds (macros calling macros) before giving up
 
 
 def to_spark(sql: str, approx_percentiles: bool = False, pretty: bool = False) -> str:
@@ -43,9 +67,144 @@ def _to_spark(sql: str, approx_percentiles: bool, pretty: bool) -> str:
     statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     out = []
     for tree in statements:
+        tree = expand_macros(tree)
         tree = tree.transform(lambda node: _rewrite(node, approx_percentiles))
         out.append(tree.sql(dialect="spark", pretty=pretty))
     return ";\n".join(out)
+
+
+@dataclass(frozen=True)
+class Macro:
+    """One macro of tracekit/macros.sql: its parameters and its parsed body (a query for a
+    table macro, an expression for a scalar one)."""
+
+    name: str
+    params: tuple[str, ...]
+    body: exp.Expression
+    table: bool
+
+
+@cache
+def macros() -> dict[str, Macro]:
+    """tracekit/macros.sql's macros by (lower-case) name."""
+    out: dict[str, Macro] = {}
+    for stmt in sqlglot.parse(macros_sql(), read="duckdb"):
+        if not isinstance(stmt, exp.Create) or str(stmt.args.get("kind")).upper() != "MACRO":
+            continue  # the CREATE TEMP TABLE of the category rules
+        udf = stmt.this
+        assert isinstance(udf, exp.UserDefinedFunction), udf
+        name = udf.this.name.lower()
+        params = tuple(p.name.lower() for p in udf.expressions)
+        body = stmt.expression
+        assert body is not None, name
+        table = isinstance(body, exp.Query)
+        if not table and isinstance(body, exp.Paren):
+            body = body.this
+        out[name] = Macro(name, params, body, table)
+    return out
+
+
+def _rename_ctes(body: exp.Expression, prefix: str) -> exp.Expression:
+    """The body's CTEs as `<prefix>__<cte>`; a reference keeps the old name as its alias."""
+    with_ = body.args.get("with_") or body.args.get("with")
+    if not isinstance(with_, exp.With):
+        return body
+    names = {cte.alias_or_name.lower() for cte in with_.expressions}
+
+    def rename(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.TableAlias) and isinstance(node.parent, exp.CTE):
+            if node.name.lower() in names:
+                return exp.TableAlias(this=exp.to_identifier(f"{prefix}__{node.name}"))
+        if (
+            isinstance(node, exp.Table)
+            and isinstance(node.this, exp.Identifier)
+            and not node.db
+            and node.name.lower() in names
+        ):
+            return exp.Table(
+                this=exp.to_identifier(f"{prefix}__{node.name}"),
+                alias=node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name)),
+            )
+        return node
+
+    return body.transform(rename)
+
+
+def expand_macros(tree: exp.Expression) -> exp.Expression:
+    """`tree` with every call of a tracekit macro replaced by the macro's body."""
+    defs = macros()
+    counter = itertools.count(1)
+    for _ in range(MAX_MACRO_DEPTH):
+        calls = [
+            n for n in tree.find_all(exp.Anonymous) if str(n.this).lower() in defs
+        ]  # fmt: skip
+        if not calls:
+            return tree
+        tree = tree.transform(lambda node: _expand(node, defs, counter))
+    raise QueryError(f"tracekit macros nest deeper than {MAX_MACRO_DEPTH} calls")
+
+
+def _expand(
+    node: exp.Expression, defs: dict[str, Macro], counter: Iterator[int]
+) -> exp.Expression:
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
+        macro = defs.get(str(node.this.this).lower())
+        if macro is not None and macro.table:
+            # sqlglot's Spark writer hoists nested CTEs into the statement's WITH: each
+            # call's CTEs get names of their own
+            body = _rename_ctes(
+                _substitute(macro, node.this.expressions), f"{macro.name}_{next(counter)}"
+            )
+            alias = node.args.get("alias") or exp.TableAlias(
+                this=exp.to_identifier(macro.name)
+            )
+            return exp.Subquery(this=body, alias=alias.copy())
+    if isinstance(node, exp.Anonymous):
+        macro = defs.get(str(node.this).lower())
+        if macro is not None:
+            if macro.table:
+                raise QueryError(f"{macro.name}() is a table macro: call it in FROM or JOIN")
+            return exp.Paren(this=_substitute(macro, node.expressions))
+    return node
+
+
+def _substitute(macro: Macro, args: list[exp.Expression]) -> exp.Expression:
+    if len(args) != len(macro.params):
+        raise QueryError(
+            f"{macro.name}() takes {len(macro.params)} argument(s), got {len(args)}"
+        )  # fmt: skip
+    bound = dict(zip(macro.params, args, strict=True))
+
+    def sub(node: exp.Expression) -> exp.Expression:
+        if (
+            isinstance(node, exp.Table)
+            and isinstance(node.this, exp.Anonymous)
+            and str(node.this.this).lower() == "query_table"
+        ):
+            return _query_table(macro, node, bound)
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in bound:
+            return _operand(bound[node.name.lower()].copy())
+        return node
+
+    return macro.body.copy().transform(sub)
+
+
+def _query_table(macro: Macro, node: exp.Table, bound: dict[str, exp.Expression]) -> exp.Table:
+    """`query_table(param)` as the table its (string) argument names."""
+    inner = node.this.expressions
+    arg = bound.get(inner[0].name.lower()) if len(inner) == 1 else None
+    if not (isinstance(arg, exp.Literal) and arg.is_string):
+        raise QueryError(f"{macro.name}() takes the name of a table or CTE as a string")
+    table = exp.to_table(arg.this)
+    if node.args.get("alias") is not None:
+        table.set("alias", node.args["alias"].copy())
+    return table
+
+
+def _operand(arg: exp.Expression) -> exp.Expression:
+    """An argument as an operand: parenthesized unless it is atomic or a call."""
+    atomic = (exp.Column, exp.Literal, exp.Placeholder, exp.Func, exp.Paren, exp.Null)
+    return arg if isinstance(arg, atomic) else exp.Paren(this=arg)
 
 
 def _percentile(value: exp.Expression, q: exp.Expression, approx: bool) -> exp.Expression:
@@ -80,6 +239,9 @@ def _rewrite(node: exp.Expression, approx: bool) -> exp.Expression:
         return exp.Anonymous(
             this="from_json", expressions=[node.this.copy(), exp.Literal.string("ARRAY<STRING>")]
         )
+    if isinstance(node, exp.RegexpLike) and _is_flag_i(node.args.get("flag")):
+        pattern = exp.Concat(expressions=[exp.Literal.string("(?i)"), node.expression.copy()])
+        return exp.RegexpLike(this=node.this.copy(), expression=pattern)
     if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.INT128:
         return exp.DataType.build("DECIMAL(38, 0)")
     return node
@@ -92,3 +254,11 @@ def _is_json_array(to: exp.DataType) -> bool:
         and isinstance(to.expressions[0], exp.DataType)
         and to.expressions[0].this == exp.DataType.Type.JSON
     )
+
+
+def _is_flag_i(flag: exp.Expression | None) -> bool:
+    if flag is None:
+        return False
+    if not (isinstance(flag, exp.Literal) and flag.is_string and flag.this in ("i", "")):
+        raise QueryError(f"regexp_matches flag {flag.sql()} has no Spark translation")
+    return flag.this == "i"
