@@ -10,8 +10,11 @@ What a new user brings to tracekit: a service loop of its own, timed by its own 
   `handle(texts)` serves one: `preprocess` (`clean` + `tokenize` + tensors), `infer` (the model),
   `postprocess` (softmax, top-k, JSON). The first `--warmup` requests are warm-up, served the
   same way (a real service warms up through its own request path).
-- `--padding max` pads every batch to the model's maximum length (640); `--padding bucket` pads
-  to the next length bucket of the batch's longest text: the fix of the seed scenario.
+- `--padding max` serves the texts in arrival order, each batch padded to the model's maximum
+  length (640). `--padding bucket` is the fix of the seed scenario: a length-bucketing batcher
+  sorts the same texts by length, batches neighbours, and pads each batch to the next length
+  bucket of its longest text; the batches are then served in a shuffled order, so warm-up and
+  measured requests are not sorted by size.
 
 The service prints its own per-request clock (p50/p99 of the measured requests per step) and,
 with `--self-times FILE`, appends one JSON line with every request's times (ms), marked
@@ -48,7 +51,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 
 LABELS = ("billing", "shipping", "technical", "account", "feedback", "cancellation")
 MAX_LEN = 640
-BUCKETS = (32, 64, 128, 256, 384, 512, MAX_LEN)
+BUCKETS = (32, 48, 64, 96, 128, 192, 256, 384, 512, MAX_LEN)
 MIN_TOKENS, MAX_TOKENS = 17, 631
 STEPS = ("handle", "preprocess", "clean", "tokenize", "infer", "postprocess")
 
@@ -219,15 +222,30 @@ def pct(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def arrivals(rng: random.Random, requests: int, batch: int) -> list[list[str]]:
+    """The texts as they arrive, `batch` to a request (the same for both padding modes)."""
+    return [[make_text(rng, n) for n in request_lengths(rng, batch)] for _ in range(requests)]
+
+
+def bucketed(requests: list[list[str]], batch: int, seed: int) -> list[list[str]]:
+    """A length-bucketing batcher: the same texts sorted by length, neighbours batched together,
+    the batches served in a shuffled (not size-sorted) order."""
+    texts = sorted((t for r in requests for t in r), key=lambda t: (len(t.split()), t))
+    batches = [texts[i : i + batch] for i in range(0, len(texts), batch)]
+    random.Random(seed + 1).shuffle(batches)
+    return batches
+
+
 def serve(args: argparse.Namespace) -> list[dict[str, Any]]:
     global SERVICE
-    rng = random.Random(args.seed)
     torch.set_num_threads(args.threads)
+    requests = arrivals(random.Random(args.seed), args.warmup + args.requests, args.batch)
+    if args.padding == "bucket":
+        requests = bucketed(requests, args.batch, args.seed)
     with tempfile.TemporaryDirectory(prefix="hf_service-") as folder:
         SERVICE = Service(args.padding, args.seed, Path(folder))
         records = []
-        for r in range(args.warmup + args.requests):
-            texts = [make_text(rng, n) for n in request_lengths(rng, args.batch)]
+        for r, texts in enumerate(requests):
             _CLOCK.clear()
             handle(texts)
             ms: dict[str, float] = {}

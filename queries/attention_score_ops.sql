@@ -16,8 +16,8 @@ WITH RECURSIVE ops AS (
     FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
 ), flagged AS (
     SELECT *, coalesce(
-        len(list_filter(d, x -> len(x) >= 4 AND x[-1] = x[-2] AND x[-1] >= 8)) > 0
-        OR (len(d) >= 2 AND len(d[1]) >= 4 AND len(d[2]) >= 4 AND d[1][-1] = d[2][-2]
+        array_length(list_filter(d, x -> array_length(x) >= 4 AND x[-1] = x[-2] AND x[-1] >= 8)) > 0
+        OR (array_length(d) >= 2 AND array_length(d[1]) >= 4 AND array_length(d[2]) >= 4 AND d[1][-1] = d[2][-2]
             AND d[1][-2] = d[2][-1] AND d[1][-2] <> d[1][-1] AND d[1][-2] >= 8), false)
         OR regexp_matches(lower(name), 'scaled_dot_product|flash|sdpa|efficient_attention')
         AS own_score
@@ -48,15 +48,17 @@ WITH RECURSIVE ops AS (
     UNION ALL
     SELECT a.ancestor, s.name, s.self_ns, s.score FROM scored s JOIN anc a ON a.stage = s.stage
 ), by_name AS (
-    SELECT st_name, name, sum(self_ns) AS ns FROM placed WHERE score GROUP BY ALL
+    SELECT st_name, name, sum(self_ns) AS ns FROM placed WHERE score GROUP BY st_name, name
+), named AS (  -- a join, not a correlated subquery: Spark refuses those beside GROUP BY
+    SELECT st_name, string_agg(name, ', ' ORDER BY ns DESC, name) AS top_ops
+    FROM by_name GROUP BY st_name
+), totals AS (
+    SELECT st_name, sum(self_ns) FILTER (WHERE score) AS score_ns, sum(self_ns) AS ops_ns
+    FROM placed GROUP BY st_name
 )
-SELECT $trace_id::INTEGER AS trace_id, p.st_name AS stage,
-       sum(p.self_ns) FILTER (WHERE p.score) / 1e6 AS score_self_ms,
-       sum(p.self_ns) / 1e6 AS ops_self_ms,
-       CASE WHEN sum(p.self_ns) > 0
-            THEN coalesce(sum(p.self_ns) FILTER (WHERE p.score), 0) / sum(p.self_ns) END AS share,
-       (SELECT string_agg(b.name, ', ' ORDER BY b.ns DESC, b.name) FROM by_name b
-        WHERE b.st_name = p.st_name) AS top_ops
-FROM placed p
-GROUP BY p.st_name
-ORDER BY p.st_name;
+SELECT $trace_id::INTEGER AS trace_id, t.st_name AS stage, t.score_ns / 1e6 AS score_self_ms,
+       t.ops_ns / 1e6 AS ops_self_ms,
+       CASE WHEN t.ops_ns > 0 THEN coalesce(t.score_ns, 0) / t.ops_ns END AS share,
+       n.top_ops
+FROM totals t LEFT JOIN named n USING (st_name)
+ORDER BY t.st_name;

@@ -30,9 +30,9 @@ SELECT t.trace_id, t.format,
        coalesce(r.request_ns, 0) / 1e6 AS request_ms,
        coalesce(k.kernels, 0) AS kernels,
        coalesce(k.cpu_ops, 0) AS cpu_ops,
-       coalesce((SELECT string_agg(DISTINCT n, ', ' ORDER BY n)
-                 FROM (SELECT unnest(json_extract_string(t.devices, '$[*].name')) AS n)
-                 WHERE n IS NOT NULL), '') AS gpu_names
+       coalesce((SELECT string_agg(DISTINCT d->>'name', ', ' ORDER BY d->>'name')
+                 FROM (SELECT unnest(CAST(t.devices AS JSON[])) AS d)
+                 WHERE d->>'name' IS NOT NULL), '') AS gpu_names
 FROM traces t
 LEFT JOIN busy b USING (trace_id)
 LEFT JOIN req r USING (trace_id)

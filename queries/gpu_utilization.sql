@@ -46,7 +46,7 @@ WITH iv AS (
     SELECT key, t, 1, NULL, NULL, NULL, scope, wid, sign FROM points
 ), carried AS (  -- each point with its device's last island starting at or before it: islands
     -- are disjoint and in order, so their i0, i1 and before all grow and running maxima carry
-    -- them (portable SQL for an ASOF join: Spark and Trino have none)
+    -- them (portable SQL in place of an as-of join, which Spark and Trino lack)
     SELECT is_point, scope, wid, sign, t,
            max(i0) OVER (PARTITION BY key ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS i0,
            max(i1) OVER (PARTITION BY key ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS i1,

@@ -63,11 +63,13 @@ WITH RECURSIVE ev AS (
     SELECT stage, sum(dur_ns) AS ns FROM st GROUP BY stage
 ), ranked AS (
     SELECT a.*, h.ns AS stage_ns,
-           row_number() OVER w AS rank,
-           sum(a.self_ns) OVER (w ROWS UNBOUNDED PRECEDING) AS cum_ns,
-           sum(a.self_ns) OVER (PARTITION BY a.stage) AS all_ns
+           row_number() OVER (PARTITION BY a.stage
+                              ORDER BY a.self_ns DESC, a.name, a.kind, a.via NULLS FIRST) AS rank,
+           sum(a.self_ns) OVER (PARTITION BY a.stage
+                                ORDER BY a.self_ns DESC, a.name, a.kind, a.via NULLS FIRST
+                                ROWS UNBOUNDED PRECEDING) AS cum_ns,  -- no named window: Spark
+           sum(a.self_ns) OVER (PARTITION BY a.stage) AS all_ns   -- cannot extend one
     FROM agg a JOIN stage_host h USING (stage)
-    WINDOW w AS (PARTITION BY a.stage ORDER BY a.self_ns DESC, a.name, a.kind, a.via NULLS FIRST)
 )
 SELECT $trace_id::INTEGER AS trace_id, stage, rank, name, kind, via, calls,
        self_ns / 1e6 AS self_ms,

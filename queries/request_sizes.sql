@@ -4,8 +4,8 @@
 -- default: $trace_id 1
 -- Each request's input size beside its end-to-end time, from the facts recorded on the request
 -- range and on its stages (docs/capture.md, call facts; or attributes set in code): items = the
--- request's `len()` of its first list/str argument (`*.len` on the request range, e.g.
--- texts.len, or `batch`); real/padded tokens = the largest `*mask.nonzero` / `*mask.numel` on
+-- request's `len()` of a list/str argument (`*.len` on the request range, e.g. texts.len, or
+-- `batch`; the smallest when several); real/padded tokens = the largest `*mask.nonzero` / `*mask.numel` on
 -- any of its stages (or `tokens` / `tokens + padded_tokens` set in code); padded_len = the
 -- mask's second dimension. size_rank ranks requests by real tokens (1 = largest). NULL where the
 -- trace holds no such fact.
@@ -13,7 +13,7 @@ WITH rq AS (
     SELECT * FROM requests WHERE trace_id = $trace_id
 ), req_facts AS (
     SELECT r.request_id,
-           min(try_cast(a.value AS BIGINT) ORDER BY a.key)
+           min(try_cast(a.value AS BIGINT))
                FILTER (WHERE a.key LIKE '%.len' AND a.key NOT LIKE 'return%' OR a.key = 'batch')
                AS items
     FROM rq r JOIN attributes a ON a.trace_id = r.trace_id AND a.event_id = r.event_id

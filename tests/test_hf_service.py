@@ -106,9 +106,10 @@ def test_percentiles_match_the_services_own_clock(service_capture):
 @pytest.mark.slow
 def test_nested_stages_are_counted_once(service_capture):
     run_dir, _, _ = service_capture
+    kid = kineto_id(run_dir)  # op facts (bmm, softmax) are in the torch trace
     with tracekit.open(run_dir) as t:
-        rows = t.query("stage_summary", trace_id=1).to_dicts()
-        ops = t.query("top_ops", trace_id=1, limit=50).to_dicts()
+        rows = t.query("stage_summary", trace_id=kid).to_dicts()
+        ops = t.query("top_ops", trace_id=kid, limit=50).to_dicts()
     parents = {r["stage"]: r["parent"] for r in rows if r["row_kind"] == "stage"}
     assert parents == {"preprocess": None, "tokenize": "preprocess", "inference": None,
                        "attention": "inference", "postprocess": None}  # fmt: skip
@@ -122,13 +123,15 @@ def test_nested_stages_are_counted_once(service_capture):
 def test_call_facts_give_real_and_padded_tokens(service_capture):
     run_dir, own, _ = service_capture
     want = [(r["tokens"], r["padded_tokens"]) for r in measured(own)]
+    kid = kineto_id(run_dir)
     with tracekit.open(run_dir) as t:
         got = t.sql(
             "SELECT s.request_id, max(CASE WHEN a.key = 'attention_mask.nonzero' THEN a.value END)"
             "::BIGINT AS real, max(CASE WHEN a.key = 'attention_mask.numel' THEN a.value END)"
             "::BIGINT AS padded FROM stages s JOIN attributes a ON a.trace_id = s.trace_id "
-            "AND a.event_id = s.event_id WHERE s.trace_id = 1 AND s.stage = 'preprocess' "
-            "GROUP BY 1 ORDER BY 1"
+            "AND a.event_id = s.event_id WHERE s.trace_id = $tid AND s.stage = 'preprocess' "
+            "GROUP BY 1 ORDER BY 1",
+            {"tid": kid},
         ).rows()
     assert [(r, p) for _, r, p in got] == want
 
@@ -165,9 +168,10 @@ def test_padding_waste_matches_the_services_token_counts(service_capture):
     reqs = measured(own)
     real = sum(r["tokens"] for r in reqs)
     padded = sum(r["padded_tokens"] for r in reqs)
+    kid = kineto_id(run_dir)
     with tracekit.open(run_dir) as t:
-        rows = t.query("padding_waste", trace_id=1).to_dicts()
-        sizes = t.query("request_sizes", trace_id=1).to_dicts()
+        rows = t.query("padding_waste", trace_id=kid).to_dicts()
+        sizes = t.query("request_sizes", trace_id=kid).to_dicts()
     inf = next(r for r in rows if r["stage"] == "inference")
     assert (inf["real_tokens"], inf["padded_tokens"]) == (real, padded)
     assert inf["padding_share"] == pytest.approx(1 - real / padded)

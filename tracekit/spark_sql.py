@@ -112,6 +112,14 @@ def _rename_ctes(body: exp.Expression, prefix: str) -> exp.Expression:
     names = {cte.alias_or_name.lower() for cte in with_.expressions}
 
     def rename(node: exp.Expression) -> exp.Expression:
+        # a CTE named by string to a nested table macro (tk_union_ns('iv')) follows its CTE
+        if (
+            isinstance(node, exp.Literal)
+            and node.is_string
+            and isinstance(node.parent, exp.Anonymous)
+            and node.this.lower() in names
+        ):
+            return exp.Literal.string(f"{prefix}__{node.this}")
         if isinstance(node, exp.TableAlias) and isinstance(node.parent, exp.CTE):
             if node.name.lower() in names:
                 return exp.TableAlias(this=exp.to_identifier(f"{prefix}__{node.name}"))
@@ -242,9 +250,30 @@ def _rewrite(node: exp.Expression, approx: bool) -> exp.Expression:
     if isinstance(node, exp.RegexpLike) and _is_flag_i(node.args.get("flag")):
         pattern = exp.Concat(expressions=[exp.Literal.string("(?i)"), node.expression.copy()])
         return exp.RegexpLike(this=node.this.copy(), expression=pattern)
+    if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
+        index = _int_literal(node.expressions[0])
+        if index is not None:
+            # sqlglot keeps DuckDB's d[i] as offset i - 1 (x[-1] as -2); Spark's a[k] neither
+            # counts from the end nor tolerates a short array (its AND does not short-circuit)
+            return exp.Anonymous(
+                this="try_element_at",
+                expressions=[
+                    node.this.copy().transform(lambda n: _rewrite(n, approx)),
+                    exp.Literal.number(index + 1),
+                ],
+            )
     if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.INT128:
         return exp.DataType.build("DECIMAL(38, 0)")
     return node
+
+
+def _int_literal(node: exp.Expression) -> int | None:
+    if isinstance(node, exp.Neg):
+        inner = _int_literal(node.this)
+        return None if inner is None else -inner
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.lstrip("-").isdigit():
+        return int(node.this)
+    return None
 
 
 def _is_json_array(to: exp.DataType) -> bool:
