@@ -299,9 +299,7 @@ def test_category_rules_of_a_tracekit_toml_reach_spark(
     [[category]] tables first (here one that takes elementwise kernels), then the built-in."""
     from tracekit.spark import open_spark
 
-    (tmp_path / "tracekit.toml").write_text(
-        '[[category]]\nname = "mine"\nkernel = "elementwise"\n'
-    )
+    (tmp_path / "tracekit.toml").write_text('[[category]]\nname = "mine"\nkernel = "elementwise"\n')
     monkeypatch.chdir(tmp_path)
     ranks, pq = lake
     with tracekit.open(ranks) as duck, open_spark([pq], spark=spark) as sp:

@@ -152,9 +152,7 @@ def expand_macros(tree: exp.Expression) -> exp.Expression:
     raise QueryError(f"tracekit macros nest deeper than {MAX_MACRO_DEPTH} calls")
 
 
-def _expand(
-    node: exp.Expression, defs: dict[str, Macro], counter: Iterator[int]
-) -> exp.Expression:
+def _expand(node: exp.Expression, defs: dict[str, Macro], counter: Iterator[int]) -> exp.Expression:
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
         macro = defs.get(str(node.this.this).lower())
         if macro is not None and macro.table:
@@ -163,9 +161,7 @@ def _expand(
             body = _rename_ctes(
                 _substitute(macro, node.this.expressions), f"{macro.name}_{next(counter)}"
             )
-            alias = node.args.get("alias") or exp.TableAlias(
-                this=exp.to_identifier(macro.name)
-            )
+            alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(macro.name))
             return exp.Subquery(this=body, alias=alias.copy())
     if isinstance(node, exp.Anonymous):
         macro = defs.get(str(node.this).lower())
@@ -290,4 +286,4 @@ def _is_flag_i(flag: exp.Expression | None) -> bool:
         return False
     if not (isinstance(flag, exp.Literal) and flag.is_string and flag.this in ("i", "")):
         raise QueryError(f"regexp_matches flag {flag.sql()} has no Spark translation")
-    return flag.this == "i"
+    return bool(flag.this == "i")
