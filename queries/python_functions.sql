@@ -1,18 +1,23 @@
 -- name: python_functions
--- returns: per stage, the top $limit functions by self time: trace_id, stage, rank, name, kind ('python' | 'cpu_op'), via, calls, self_ms, share_of_stage, share_cumulative, stage_ms, coverage
+-- returns: per stage, the top functions by self time (at least $limit, more until they cover $cover of the stage, at most 3 x $limit): trace_id, stage, rank, name, kind ('python' | 'cpu_op'), via, calls, self_ms, share_of_stage, share_cumulative, stage_ms, coverage
 -- param: $trace_id INTEGER trace to read
--- param: $limit INTEGER functions kept per stage
+-- param: $limit INTEGER functions kept per stage at least
+-- param: $cover DOUBLE share of the stage host time the list extends to cover
 -- default: $trace_id 1
 -- default: $limit 15
+-- default: $cover 0.8
 -- What runs inside a stage when it is not only aten ops: Python functions and the native calls
 -- they make (`<built-in method encode_batch of tokenizers.Tokenizer>`), from torch.profiler's
 -- Python events (`tracekit capture --python`), ranked with the stage's aten ops by self time.
 -- Object addresses (` at 0x...`) are dropped from names so runs compare. A parent stage keeps
 -- its nested stages' functions (`via` names the child), as in top_ops. share_of_stage = self
 -- time / the stage's host time; coverage = all listed kinds' self time / the stage's host
--- time (what the list can explain at most). A record_function range starts inside torch's
--- enter call and outlives it; its duration is taken back out of the self time of the Python
--- function around that call (the stage wrapper), where the nesting would put it.
+-- time (what the list can explain at most). Python self time is spread thin (a flat tail of
+-- interpreter frames), so a fixed top 15 can stop short of the answer: the list goes on past
+-- $limit until share_cumulative reaches $cover, capped at 3 x $limit. A record_function range
+-- starts inside torch's enter call and outlives it; its duration is taken back out of the self
+-- time of the Python function around that call (the stage wrapper), where the nesting would
+-- put it.
 WITH RECURSIVE ev AS (
     SELECT * FROM events
     WHERE trace_id = $trace_id AND kind IN ('python', 'cpu_op', 'range')
@@ -78,5 +83,5 @@ SELECT $trace_id::INTEGER AS trace_id, stage, rank, name, kind, via, calls,
        stage_ns / 1e6 AS stage_ms,
        CASE WHEN stage_ns > 0 THEN all_ns / stage_ns END AS coverage
 FROM ranked
-WHERE rank <= $limit
+WHERE rank <= $limit OR (cum_ns - self_ns < $cover * stage_ns AND rank <= 3 * $limit)
 ORDER BY stage, rank;

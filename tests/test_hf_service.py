@@ -197,20 +197,32 @@ def test_padded_mode_findings_name_padding_and_attention_scores(service_capture)
 
 
 @pytest.mark.slow
-def test_bucketed_mode_has_neither_padding_nor_attention_finding(tmp_path):
+def test_bucketed_mode_drops_the_padding_finding_and_most_score_work(service_capture, tmp_path):
+    """Bucketing removes the padding finding, and the [B, H, L, L] score work shrinks with the
+    square of the padded length (640 -> its bucket; measured 13-70x less on this model). Score ops
+    can still dominate inference: with hidden 64 and 4 heads a score tensor outgrows the hidden
+    states from L = 16 on, so the attention card stays, now without 'cut padding first'."""
     run_dir = tmp_path / "bucket"
     cmd = [sys.executable, str(SERVICE), "--requests", str(REQUESTS), "--padding", "bucket"]
     res = run_capture(["-o", str(run_dir), "--no-nsys", *STAGE_ARGS, "--", *cmd])
     assert res.returncode == 0, res.stderr[-3000:]
     found = findings_of(run_dir, 1)
-    assert not {"padding_waste", "attention_scores"} & found, found
+    assert "padding_waste" not in found, found
+
+    def inference_scores(path: Path, trace_id: int) -> float:
+        with tracekit.open(path) as t:
+            rows = t.query("attention_score_ops", trace_id=trace_id).to_dicts()
+        return float(next(r["score_self_ms"] for r in rows if r["stage"] == "inference"))
+
+    padded_dir = service_capture[0]
+    assert inference_scores(run_dir, 1) * 5 < inference_scores(padded_dir, kineto_id(padded_dir))
 
 
 @pytest.mark.slow
 def test_python_functions_cover_preprocess(tmp_path):
-    """--python: Python events cover at least 80% of preprocess, the top 15 functions most of
-    it (self time is spread thin: ~75% for the top 15 on an idle VM, 87% for the top 8 under
-    load, where the native calls stretch), and the Rust tokenizer's call is named."""
+    """--python: the listed top functions cover at least 80% of preprocess (self time is spread
+    thin: ~78% for the top 15 on an idle VM, so the list goes on until it covers 80%), and the
+    Rust tokenizer's call is named. Oracle: the stage's own duration, from a json pass."""
     run_dir = tmp_path / "py"
     cmd = [sys.executable, str(SERVICE), "--requests", "2", "--warmup", str(WARMUP)]
     res = run_capture(["-o", str(run_dir), "--no-nsys", "--python", *STAGE_ARGS, "--", *cmd])
@@ -218,7 +230,12 @@ def test_python_functions_cover_preprocess(tmp_path):
     with tracekit.open(run_dir) as t:
         rows = t.query("python_functions", trace_id=1, limit=15).to_dicts()
     pre = [r for r in rows if r["stage"] == "preprocess"]
-    assert pre[-1]["coverage"] >= 0.8, pre
-    assert pre[-1]["share_cumulative"] >= 0.6, pre
+    assert 15 <= len(pre) <= 45, pre
+    listed_ms = sum(r["self_ms"] for r in pre)
+    data = json.loads((run_dir / "torch.pt.trace.json").read_text())
+    stage_ms = sum(e["dur"] for e in data["traceEvents"] if e.get("name") == "tracekit:preprocess"
+                   and e.get("ph") == "X" and e.get("cat") == "user_annotation") / 1e3  # fmt: skip
+    assert pre[-1]["stage_ms"] == pytest.approx(stage_ms, rel=1e-3)
+    assert listed_ms >= 0.8 * stage_ms, (listed_ms, stage_ms, pre)
     names = " ".join(r["name"] for r in pre)
     assert "encode_batch" in names  # the Rust tokenizer's native call is named

@@ -5,7 +5,8 @@ an output's shape drifts from what the README shows.
 A runnable block is a ```console fence whose first line is `$ COMMAND`; the rest of the fence
 is the command's output (stdout and stderr, as a terminal shows them). An HTML comment on the
 line before the fence tunes it: `<!-- readme: head=N -->` keeps the first N lines,
-`<!-- readme: loose -->` compares only the first line's shape (timing-ordered rows),
+`<!-- readme: loose -->` compares only the first line's shape up to its first `(` (timing-ordered
+rows, and timings that decide line wrapping or "beyond/within noise"),
 `<!-- readme: exit=1 -->` expects that exit code (default 0).
 Shape: every absolute path becomes /PATH, every number 0, runs of blanks one blank, runs
 of dashes two dashes.
@@ -59,7 +60,9 @@ def run(block: Block, cwd: Path) -> tuple[int, str]:
 
 
 def shape(text: str, loose: bool = False) -> list[str]:
-    lines = text.strip("\n").splitlines()[:1] if loose else text.strip("\n").splitlines()
+    lines = text.strip("\n").splitlines()
+    if loose:  # timings decide wrapping and "beyond/within noise": keep what precedes them
+        lines = [lines[0].split("(")[0]] if lines else []
     out = []
     for line in lines:
         line = re.sub(r"(?<![\w.])/[^\s:]+", "/PATH", line)  # absolute paths vary by machine

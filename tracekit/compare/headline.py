@@ -162,7 +162,9 @@ def _note(
     units: tuple[Unit, Unit],
 ) -> str:
     parts = []
-    for kind, items, unit in (("kernels", kernels, units[0]), ("ops", ops, units[1])):
+    # ops are compared per (name, input shapes): a new padding changes every shape
+    kinds = (("kernels", kernels, units[0]), ("ops by name and input shape", ops, units[1]))
+    for kind, items, unit in kinds:
         if not items:
             continue
         same = sum(i.status == "same" for i in items)

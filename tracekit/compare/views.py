@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TraceFormatError
+from tracekit.ingest import formats
 from tracekit.stages import StageRule
 from tracekit.traceset import find_traces, open_traces
 
@@ -97,9 +98,9 @@ def run_views(
         return RunViews(run, traces, traces, traces)
     facts = {t: _facts(t, stage_rules, refresh) for t in traces}
     by_format = {f["format"]: t for t, f in facts.items()}
-    if set(by_format) != {"nsys", "kineto"}:
+    if set(by_format) != {formats.NSYS.name, formats.KINETO.name}:
         return RunViews(run, traces, traces, traces)
-    nsys, kin = (by_format["nsys"],), (by_format["kineto"],)
+    nsys, kin = (by_format[formats.NSYS.name],), (by_format[formats.KINETO.name],)
     fn, fk = facts[nsys[0]], facts[kin[0]]
     requests = nsys if fn["requests"] or not fk["requests"] else kin
     gpu = nsys if fn["kernels"] or not fk["kernels"] else kin

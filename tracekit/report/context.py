@@ -431,7 +431,8 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
                     pl,
                     q["python_functions"],
                     PY_COLS,
-                    "From torch.profiler Python events (tracekit capture --python).",
+                    "From torch.profiler Python events (tracekit capture --python); each "
+                    "stage's list goes past the top N until it covers 80% of the stage.",
                 )
             ]
             if any(r["kind"] == "python" for r in q["python_functions"])  # else top_ops says it

@@ -67,6 +67,10 @@ def rule_attention_scores(results: Results) -> Iterable[Finding]:
         return
     share = _num(row["share"])
     names = ", ".join(str(row.get("top_ops") or "").split(", ")[:4])
+    padded = any(
+        _num(r.get("padding_share")) >= PADDING_SHARE for r in results.get("padding_waste", [])
+    )
+    fix = "cut padding first (see padding_waste), then use" if padded else "use"
     yield Finding(
         "attention_scores",
         "high",
@@ -75,9 +79,8 @@ def rule_attention_scores(results: Results) -> Iterable[Finding]:
         f"{_num(row['score_self_ms']):.3f} ms, {share:.0%} of {row['stage']} op self time "
         f"({_num(row['ops_self_ms']):.3f} ms)",
         "attention_score_ops",
-        "This work grows with the square of the sequence length: cut padding first (see "
-        "padding_waste), then use fused attention (scaled_dot_product_attention / "
-        "FlashAttention).",
+        f"This work grows with the square of the sequence length: {fix} fused attention "
+        "(scaled_dot_product_attention / FlashAttention).",
         {"share": share, "score_self_ms": _num(row["score_self_ms"])},
     )
 
