@@ -10,17 +10,23 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+# Okabe-Ito: distinguishable under the common colour-vision deficiencies; GPU busy is blue (a
+# busy GPU is good news, not an alarm), idle a light grey.
 FIXED_COLORS = {
-    "preprocess": "#4e79a7",
-    "inference": "#f28e2b",
-    "postprocess": "#59a14f",
-    "unattributed": "#bab0ac",
-    "busy": "#e15759",
-    "idle": "#d7d7d7",
+    "preprocess": "#56b4e9",
+    "inference": "#e69f00",
+    "postprocess": "#009e73",
+    "unattributed": "#bbbbbb",
+    "busy": "#0072b2",
+    "idle": "#dddddd",
 }
-PALETTE = ("#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#af7aa1", "#86bcb6")
+PALETTE = ("#cc79a7", "#f0e442", "#0072b2", "#d55e00", "#999933", "#88ccee", "#aa4499")
+OTHER_COLOR = "#777777"
+MAX_LEGEND = len(PALETTE)  # split-bar segments named (+ unattributed); the rest: "N others"
+MIN_VALUES = 3  # a chart of fewer values says nothing a sentence does not
+CHAR_PX = 6.6  # width of an 11 px system-ui character, generously: labels that might not fit go
 MAX_BARS = 120
-W, H, LEFT, RIGHT, TOP, BOTTOM = 760, 240, 56, 12, 12, 36
+W, H, LEFT, RIGHT, TOP, BOTTOM = 760, 240, 56, 12, 26, 36
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class Label:
     y: float
     text: str
     anchor: str = "middle"
+    fill: str = "#333333"
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class Chart:
     labels: tuple[Label, ...]
     legend: tuple[LegendItem, ...]
     note: str = ""
+    values: int = 0  # data values drawn (the report leaves out charts of fewer than MIN_VALUES)
 
 
 def stage_colors(names: Sequence[str]) -> dict[str, str]:
@@ -80,6 +88,26 @@ def stage_colors(names: Sequence[str]) -> dict[str, str]:
             out[n] = PALETTE[i % len(PALETTE)]
             i += 1
     return out
+
+
+def _luminance(color: str) -> float:
+    def channel(c: int) -> float:
+        x = c / 255
+        return x / 12.92 if x <= 0.03928 else float(((x + 0.055) / 1.055) ** 2.4)
+
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two #rrggbb colours."""
+    la, lb = _luminance(a), _luminance(b)
+    return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+
+
+def ink_on(fill: str) -> str:
+    """Black or white text, whichever reads better on `fill`."""
+    return "#000000" if contrast("#000000", fill) >= contrast("#ffffff", fill) else "#ffffff"
 
 
 def nice_step(span: float, ticks: int = 5) -> float:
@@ -103,11 +131,11 @@ def fmt_num(v: float) -> str:
     return f"{v:.2g}"
 
 
-def _y_axis(vmax: float, unit: str) -> tuple[list[Line], list[Label], float]:
-    step = nice_step(vmax)
+def _y_axis(vmax: float, unit: str, integer: bool = False) -> tuple[list[Line], list[Label], float]:
+    step = max(nice_step(vmax), 1.0) if integer else nice_step(vmax)
     top = max(step * math.ceil(vmax / step), step)
     lines = [Line(LEFT, TOP, LEFT, H - BOTTOM), Line(LEFT, H - BOTTOM, W - RIGHT, H - BOTTOM)]
-    labels = [Label(14, TOP + (H - TOP - BOTTOM) / 2, unit, "middle")]
+    labels = [Label(LEFT - 6, TOP - 12, unit, "end")]  # above the tick labels, never clipped
     k = 0
     while k * step <= top + 1e-12:
         y = H - BOTTOM - (k * step) / top * (H - TOP - BOTTOM)
@@ -117,22 +145,35 @@ def _y_axis(vmax: float, unit: str) -> tuple[list[Line], list[Label], float]:
     return lines, labels, top
 
 
-def split_bar(segments: Sequence[tuple[str, float]], colors: Mapping[str, str]) -> Chart:
-    """One horizontal 100% bar: the stage split of end-to-end time (label, ms)."""
+def split_bar(
+    segments: Sequence[tuple[str, float]], colors: Mapping[str, str], chart_id: str
+) -> Chart:
+    """One horizontal 100% bar: the stage split of end-to-end time (label, ms). Past
+    MAX_LEGEND segments the smallest are drawn as one 'other' segment; a label goes inside its
+    segment only where it fits, in black or white for contrast."""
     total = sum(ms for _, ms in segments) or 1.0
+    biggest = sorted(segments, key=lambda s: -s[1])
+    keep = {n for n, _ in biggest[:MAX_LEGEND]} | ({"unattributed"} & {n for n, _ in segments})
+    if len(segments) <= MAX_LEGEND + 1:
+        keep = {n for n, _ in segments}
+    rest = [(n, ms) for n, ms in segments if n not in keep]
+    shown = [(n, ms, colors[n]) for n, ms in segments if n in keep]
+    if rest:
+        shown.append((f"{len(rest)} others", sum(ms for _, ms in rest), OTHER_COLOR))
     width, height, x = 760, 56, 0.0
     rects, labels = [], []
-    for name, ms in segments:
+    for name, ms, color in shown:
         w = ms / total * width
-        rects.append(Rect(x, 8, w, 28, colors[name], f"{name}: {ms:.3f} ms ({ms / total:.1%})"))
-        if w > 60:
-            labels.append(Label(x + w / 2, 27, f"{name} {ms / total:.0%}"))
+        rects.append(Rect(x, 8, w, 28, color, f"{name}: {ms:.3f} ms ({ms / total:.1%})"))
+        text = f"{name} {ms / total:.0%}"
+        if len(text) * CHAR_PX + 8 <= w:
+            labels.append(Label(x + w / 2, 27, text, fill=ink_on(color)))
         x += w
     lines = [Line(0, 40, width, 40)]
     labels += [Label(0, 52, "0%", "start"), Label(width, 52, "100% of end-to-end", "end")]
-    legend = tuple(LegendItem(n, colors[n]) for n, _ in segments)
+    legend = tuple(LegendItem(n, c) for n, _, c in shown)
     return Chart(
-        "split",
+        chart_id,
         "Stage split of end-to-end time",
         width,
         height,
@@ -140,6 +181,10 @@ def split_bar(segments: Sequence[tuple[str, float]], colors: Mapping[str, str]) 
         tuple(lines),
         tuple(labels),
         legend,
+        f"{len(rest)} smaller stages drawn as one segment; the stages table lists all."
+        if rest
+        else "",
+        len(segments),
     )
 
 
@@ -156,10 +201,13 @@ def request_bars(
     if n > MAX_BARS:
         size = math.ceil(n / MAX_BARS)
         for i in range(0, n, size):
-            bins.append(
-                (f"requests {i + 1}-{min(i + size, n)} (mean)", list(requests[i : i + size]))
-            )
-        note = f"{n} requests binned by {size} in request order; each bar is the bin's mean."
+            grp = list(requests[i : i + size])
+            slowest = max(grp, key=lambda r: sum(r.get(k, 0.0) for k in order))
+            bins.append((f"requests {i + 1}-{min(i + size, n)} (slowest)", [slowest]))
+        note = (
+            f"{n} requests binned by {size} in request order; each bar is the slowest request "
+            "of its bin, so outliers stay visible."
+        )
     else:
         bins = [(f"request {i + 1}", [r]) for i, r in enumerate(requests)]
     means = [{k: sum(r.get(k, 0.0) for r in grp) / len(grp) for k in order} for _, grp in bins]
@@ -198,6 +246,7 @@ def request_bars(
         tuple(labels),
         legend,
         note,
+        n,
     )
 
 
@@ -212,7 +261,7 @@ def histogram(
     counts = [0] * bins
     for v in values:
         counts[min(int((v - lo) / width), bins - 1)] += 1
-    lines, labels, top = _y_axis(max(counts, default=1) or 1, "count")
+    lines, labels, top = _y_axis(max(counts, default=1) or 1, "count", integer=True)
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     bw = plot_w / bins
     rects = [
@@ -241,12 +290,22 @@ def histogram(
         tuple(lines),
         tuple(labels),
         (LegendItem(name, color),),
+        "",
+        len(values),
     )
+
+
+def _fit(text: str, px: float) -> str:
+    """`text` cut to about `px` wide, with an ellipsis (the full text is in the rect's title)."""
+    n = int(px / CHAR_PX)
+    return text if len(text) <= n else text[: max(n - 1, 1)] + "…"
 
 
 def busy_bars(rows: Sequence[tuple[str, float, float]], chart_id: str) -> Chart:
     """Horizontal busy/idle bars per window: (name, busy_ms, window_ms)."""
-    row_h, width, label_w = 26, 760, 150
+    row_h, width = 26, 760
+    longest = max((len(name) for name, _, _ in rows), default=0)
+    label_w = int(min(max(longest * CHAR_PX + 12, 80), 260))
     height = row_h * len(rows) + 30
     rects, labels = [], []
     plot = width - label_w - 70
@@ -266,7 +325,7 @@ def busy_bars(rows: Sequence[tuple[str, float, float]], chart_id: str) -> Chart:
                 f"{name}: idle {window - busy:.3f} ms",
             )
         )
-        labels.append(Label(label_w - 6, y + 14, name, "end"))
+        labels.append(Label(label_w - 6, y + 14, _fit(name, label_w - 12), "end"))
         labels.append(Label(label_w + plot + 6, y + 14, f"{frac:.0%}", "start"))
     bottom = height - 14
     lines = [Line(label_w, bottom, label_w + plot, bottom)]
@@ -287,4 +346,6 @@ def busy_bars(rows: Sequence[tuple[str, float, float]], chart_id: str) -> Chart:
         tuple(lines),
         tuple(labels),
         legend,
+        "",
+        len(rows),
     )

@@ -106,6 +106,9 @@ class TraceReport:
     split_chart: charts.Chart | None = field(metadata={"help": "stage split bar (the answer)"})
     tables: tuple[Table, ...] = field(metadata={"help": "stage, request, ops, kernels ... tables"})
     figures: Mapping[str, Any] = field(metadata={"help": "the JSON report's trace object"})
+    evidence: Mapping[str, str] = field(
+        default_factory=dict, metadata={"help": "finding query -> id of the table showing it"}
+    )
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,10 @@ def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
     )
 
 
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     rows = q["stage_summary"]
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
@@ -320,16 +327,20 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             )
             + rest
         )  # "" when every stage is listed
+        few = " (effectively the slowest request: under 100 requests)" if n < 100 else ""
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
-            f"p99 {e2e['p99_ms']:.3f} ms; per request on average: {parts}."
+            f"p99 {e2e['p99_ms']:.3f} ms{few}; per request on average: {parts}."
         )
     elif split:
-        sentence = "No requests found; stage totals are shares of the trace span."
+        sentence = (
+            f"No requests found; stage totals are shares of the trace window "
+            f"({_num(overview.get('span_ms')):.3f} ms)."
+        )
     else:
         sentence = (
-            "No requests or stages found: annotate with tracekit.request()/stage() or "
-            "pass --stage NAME=REGEX."
+            f"No requests or stages found in the {_num(overview.get('span_ms')):.3f} ms trace "
+            "window: annotate with tracekit.request()/stage() or pass --stage NAME=REGEX."
         )
     # one request, or windows that are not requests: no percentiles
     many = e2e is not None and e2e["count"] > 1 and overview.get("request_source") != "window"
@@ -366,13 +377,14 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     p = {"trace_id": trace_id}
     pl = {"trace_id": trace_id, "limit": top_n}
     values, order = _request_values(q["request_breakdown"])
-    colors = charts.stage_colors([n for n, _, _ in answer.split] + order)
-    split = (
-        charts.split_bar([(n, ms) for n, ms, _ in answer.split], colors) if answer.split else None
+    # largest stages first, so the ones the split bar names get distinct colours
+    colors = charts.stage_colors(
+        [n for n, _, _ in sorted(answer.split, key=lambda s: -s[1])] + order
     )
-    req_charts = (
-        [charts.request_bars(values, order, colors, f"t{trace_id}-requests")] if values else []
+    split = _drawn(
+        charts.split_bar([(n, ms) for n, ms, _ in answer.split], colors, f"t{trace_id}-split")
     )
+    req_charts = [charts.request_bars(values, order, colors, f"t{trace_id}-requests-chart")]
     busy_rows = [
         (str(r["name"]), r["busy_ms"], r["window_ms"])
         for r in q["gpu_utilization"]
@@ -380,10 +392,10 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     ]
     has_gpu = bool(q["trace_overview"][0]["gpu_events"])
     gpu_charts = [charts.busy_bars(busy_rows, f"t{trace_id}-gpu-busy")] if has_gpu else []
-    hists = list(
+    hists = [
         charts.histogram([v[s] for v in values if s in v], s, colors[s], f"t{trace_id}-hist-{i}")
         for i, s in enumerate(order)
-    )
+    ]
     slowest = sorted(q["request_breakdown"], key=lambda r: (-r["e2e_ms"], r["request_id"]))
     n_req = len(slowest)
     t = f"t{trace_id}"
@@ -400,7 +412,7 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
             STAGE_COLS + (NEST_COLS if _nested(q["stage_summary"]) else ()),
             "Statistics across requests of per-request stage totals; percentiles are "
             "quantile_cont (linear interpolation).",
-            hists,
+            _all_drawn(hists),
         ),
         make_table(
             f"{t}-requests",
@@ -412,7 +424,7 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
             f"{min(n_req, HTML_REQUEST_ROWS)} of {n_req} requests shown; the JSON report has all."
             if n_req > HTML_REQUEST_ROWS
             else "",
-            req_charts,
+            _all_drawn(req_charts),
         ),
         make_table(
             f"{t}-ops",
@@ -454,7 +466,7 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
             [r for r in q["gpu_utilization"] if r["scope"] != "request"] if has_gpu else [],
             GPU_COLS,
             "Per-request GPU busy time is in the requests table." if has_gpu else NO_GPU_NOTE,
-            gpu_charts,
+            _all_drawn(gpu_charts),
         ),
         make_table(
             f"{t}-devices",
@@ -507,7 +519,36 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
         split,
         tables,
         figures(q, answer, findings),
+        _evidence(tables, findings),
     )
+
+
+def _drawn(chart: charts.Chart) -> charts.Chart | None:
+    return chart if chart.values >= charts.MIN_VALUES else None
+
+
+def _all_drawn(drawn: Sequence[charts.Chart]) -> list[charts.Chart]:
+    return [c for c in drawn if c.values >= charts.MIN_VALUES]
+
+
+# queries whose rows no table shows: the table that holds their evidence
+EVIDENCE_TABLE = {
+    "top_ops_all": "top_ops",
+    "attention_score_ops": "top_ops",
+    "padding_waste": "request_breakdown",
+    "request_sizes": "request_breakdown",
+}
+
+
+def _evidence(tables: Sequence[Table], found: Sequence[Finding]) -> dict[str, str]:
+    """Query name -> id of the element that shows a finding's evidence (the stages table when
+    no table shows that query)."""
+    by_query = {t.query: t.id for t in tables}
+    fallback = by_query.get("stage_summary", tables[0].id)
+    return {
+        f.query: by_query.get(f.query) or by_query.get(EVIDENCE_TABLE.get(f.query, ""), fallback)
+        for f in found
+    }
 
 
 def scrub_env(value: Any) -> Any:

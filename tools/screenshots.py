@@ -1,0 +1,54 @@
+"""Screenshots of the report's first screen (1400 x 900 px, headless Chromium) for docs/report.md.
+
+    python tools/screenshots.py [--traces ../shared/traces] [--out docs/img]
+
+Three reports: the bundled sample (sample_traces/, a tracekit capture of examples/infer.py), a
+2-GPU nsys export and a Kineto inference trace recorded by others. Reports are written to a
+temporary folder; only the PNGs land in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHOTS = {
+    "report-sample.png": "sample_traces",
+    "report-nsys-2gpu.png": "nsys_2026_h100x2_mfu_before.sqlite",
+    "report-kineto-bert.png": "kineto_h100_bert_small_inference_tracelens.json.gz",
+}
+WIDTH, HEIGHT = 1400, 900
+
+
+def shoot(html: Path, png: Path, profile: Path) -> None:
+    cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+           "--no-first-run", f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}",
+           f"--screenshot={png}", html.as_uri()]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "img")
+    args = ap.parse_args()
+    if shutil.which("chromium") is None:
+        sys.exit("chromium is not installed")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for png, name in SHOTS.items():
+            src = REPO / name if name == "sample_traces" else args.traces / name
+            html = Path(tmp) / f"{png}.html"
+            subprocess.run([sys.executable, "-m", "tracekit", "report", str(src), "-o", str(html)],
+                           check=True, capture_output=True)  # fmt: skip
+            shoot(html, args.out / png, Path(tmp) / "profile")
+            print(f"wrote {args.out / png}")
+
+
+if __name__ == "__main__":
+    main()
