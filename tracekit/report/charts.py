@@ -349,3 +349,128 @@ def busy_bars(rows: Sequence[tuple[str, float, float]], chart_id: str) -> Chart:
         "",
         len(rows),
     )
+
+
+def _x_axis(
+    vmax: float, x0: float, x1: float, y: float, unit: str
+) -> tuple[list[Line], list[Label]]:
+    """A time axis from 0 to vmax drawn from x0 to x1 at height y, ticks at nice steps."""
+    step = nice_step(vmax)
+    lines, labels = [Line(x0, y, x1, y)], []
+    k = 0
+    while k * step <= vmax + 1e-12:
+        x = x0 + k * step / vmax * (x1 - x0)
+        lines.append(Line(x, y, x, y + 4))
+        labels.append(Label(x, y + 15, fmt_num(k * step), "middle"))
+        k += 1
+    labels.append(Label(x1, y + 28, unit, "end"))
+    return lines, labels
+
+
+def waterfall(
+    rows: Sequence[Mapping[str, object]], colors: Mapping[str, str], chart_id: str
+) -> Chart:
+    """Per picked request (request_timeline rows), its stages on the request's own clock: one
+    row each, slowest first, typical ones after; nested stages drawn thinner inside their
+    parent; the grey under them is time no stage covers."""
+    reqs: dict[tuple[str, int], list[Mapping[str, object]]] = {}
+    for r in rows:
+        reqs.setdefault((str(r["pick"]), int(str(r["pick_rank"]))), []).append(r)
+    order = sorted(reqs, key=lambda k: (k[0] != "slowest", k[1]))
+    vmax = max((float(str(r["e2e_ms"])) for r in rows), default=0.0) or 1.0
+    label_w, row_h, width = 230, 22, W
+    x0, x1 = label_w, width - RIGHT
+    height = row_h * len(order) + 40
+    rects, labels, seen = [], [], []
+    for i, key in enumerate(order):
+        grp = reqs[key]
+        first = grp[0]
+        y = 4 + i * row_h
+        e2e = float(str(first["e2e_ms"]))
+        rid = first["request_id"]
+        rects.append(
+            Rect(
+                x0,
+                y,
+                e2e / vmax * (x1 - x0),
+                16,
+                FIXED_COLORS["unattributed"],
+                f"request {rid}: {e2e:.3f} ms",
+            )
+        )
+        tag = "slowest" if key[0] == "slowest" else "typical"
+        text = f"request {rid}, {tag}: {e2e:.1f} ms"
+        labels.append(Label(x0 - 6, y + 12, _fit(text, label_w - 12), "end"))
+        for r in grp:
+            if r["stage"] is None:
+                continue
+            stage, lane = str(r["stage"]), int(str(r["lane"]))
+            start, dur = float(str(r["start_ms"])), float(str(r["dur_ms"]))
+            inset = min(lane, 3) * 3
+            rects.append(
+                Rect(
+                    x0 + start / vmax * (x1 - x0),
+                    y + inset,
+                    max(dur / vmax * (x1 - x0), 0.5),
+                    16 - 2 * inset,
+                    colors.get(stage, OTHER_COLOR),
+                    f"request {rid}: {stage} at +{start:.3f} ms for {dur:.3f} ms",
+                )
+            )
+            if stage not in seen:
+                seen.append(stage)
+    lines, axis = _x_axis(vmax, x0, x1, height - 34, "ms from the request's start")
+    legend = tuple(LegendItem(s, colors.get(s, OTHER_COLOR)) for s in seen) + (
+        LegendItem("no stage", FIXED_COLORS["unattributed"]),
+    )
+    return Chart(chart_id, "Timeline: the slowest and typical requests, stage by stage", width,
+                 height, tuple(rects), tuple(lines), tuple(labels + axis), legend,
+                 "Hover a bar for its stage, start and duration. For every event, open the "
+                 "source trace in a full viewer: Nsight Systems for .nsys-rep/.sqlite, "
+                 "Perfetto (ui.perfetto.dev) or chrome://tracing for Chrome/Kineto JSON.",
+                 len(order))  # fmt: skip
+
+
+def gpu_strips(
+    rows: Sequence[Mapping[str, object]], names: Mapping[int, str], chart_id: str
+) -> Chart:
+    """Per device, busy share of each bin of the trace span (gpu_timeline rows) as a bar
+    height: where in the trace the GPU idles."""
+    devices: dict[int, list[Mapping[str, object]]] = {}
+    for r in rows:
+        devices.setdefault(int(str(r["device"])), []).append(r)
+    span = max((float(str(r["start_ms"])) + float(str(r["bin_ms"])) for r in rows), default=1.0)
+    longest = max((len(names.get(d, f"GPU {d}")) for d in devices), default=0)
+    label_w = int(min(max(longest * CHAR_PX + 12, 80), 260))
+    row_h, width = 34, W
+    x0, x1 = label_w, width - RIGHT
+    height = row_h * len(devices) + 40
+    rects, labels = [], []
+    for i, (dev, bins) in enumerate(sorted(devices.items())):
+        y = 4 + i * row_h
+        name = names.get(dev, f"GPU {dev}")
+        rects.append(Rect(x0, y, x1 - x0, 26, "#f2f2f2", f"{name}: trace span"))
+        for b in bins:
+            share = float(str(b["busy_share"] or 0))
+            if share <= 0:
+                continue
+            start, w = float(str(b["start_ms"])), float(str(b["bin_ms"]))
+            rects.append(
+                Rect(
+                    x0 + start / span * (x1 - x0),
+                    y + 26 * (1 - share),
+                    max(w / span * (x1 - x0), 0.5),
+                    26 * share,
+                    FIXED_COLORS["busy"],
+                    f"{name}: {start:.3f}-{start + w:.3f} ms busy {share:.0%}",
+                )
+            )
+        labels.append(Label(x0 - 6, y + 17, _fit(name, label_w - 12), "end"))
+    lines, axis = _x_axis(span, x0, x1, height - 34, "ms from the trace's start")
+    n_bins = max((len(b) for b in devices.values()), default=0)
+    return Chart(chart_id, "GPU busy over time, per device", width, height, tuple(rects),
+                 tuple(lines), tuple(labels + axis),
+                 (LegendItem("busy share of the bin", FIXED_COLORS["busy"]),),
+                 f"{n_bins} bins of {span / max(n_bins, 1):.3f} ms; bar height = the share of "
+                 "the bin the device was busy (union of its kernels, copies and memsets).",
+                 n_bins)  # fmt: skip

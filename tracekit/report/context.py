@@ -41,6 +41,7 @@ NO_GPU_NOTE = (
     "run, or CUDA was not traced), so there is no GPU busy or idle time to show."
 )
 SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (largest first)
+BUSY_BARS = 12  # stages drawn in the GPU busy/idle chart (longest windows first)
 HTML_REQUEST_ROWS = 50  # slowest requests listed in the HTML/md table (JSON has all)
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
 
@@ -189,6 +190,8 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
     q["top_kernels"] = ts.query_dicts("top_kernels", trace_id=trace_id, limit=top_n)
     q["python_functions"] = ts.query_dicts("python_functions", trace_id=trace_id, limit=top_n)
     q["idle_gaps"] = ts.query_dicts("idle_gaps", trace_id=trace_id, limit=10)
+    q["request_timeline"] = ts.query_dicts("request_timeline", trace_id=trace_id)
+    q["gpu_timeline"] = ts.query_dicts("gpu_timeline", trace_id=trace_id)
     for name in ("gpu_devices", "gpu_categories", "gpu_streams", "host_waits"):
         q[name] = ts.query_dicts(name, trace_id=trace_id)
     return q
@@ -384,14 +387,24 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     split = _drawn(
         charts.split_bar([(n, ms) for n, ms, _ in answer.split], colors, f"t{trace_id}-split")
     )
-    req_charts = [charts.request_bars(values, order, colors, f"t{trace_id}-requests-chart")]
-    busy_rows = [
-        (str(r["name"]), r["busy_ms"], r["window_ms"])
-        for r in q["gpu_utilization"]
-        if r["scope"] in ("trace", "stage")
+    req_charts = [
+        charts.waterfall(q["request_timeline"], colors, f"t{trace_id}-timeline"),
+        charts.request_bars(values, order, colors, f"t{trace_id}-requests-chart"),
     ]
+    windows = [r for r in q["gpu_utilization"] if r["scope"] in ("trace", "stage")]
+    # the trace and the stages with the longest windows; the table lists every stage
+    shown = windows[:1] + sorted(windows[1:], key=lambda r: -r["window_ms"])[:BUSY_BARS]
+    busy_rows = [(str(r["name"]), r["busy_ms"], r["window_ms"]) for r in shown]
     has_gpu = bool(q["trace_overview"][0]["gpu_events"])
-    gpu_charts = [charts.busy_bars(busy_rows, f"t{trace_id}-gpu-busy")] if has_gpu else []
+    names = {int(d["device"]): str(d["device_name"]) for d in q["gpu_devices"]}
+    gpu_charts = (
+        [
+            charts.gpu_strips(q["gpu_timeline"], names, f"t{trace_id}-gpu-timeline"),
+            charts.busy_bars(busy_rows, f"t{trace_id}-gpu-busy"),
+        ]
+        if has_gpu
+        else []
+    )
     hists = [
         charts.histogram([v[s] for v in values if s in v], s, colors[s], f"t{trace_id}-hist-{i}")
         for i, s in enumerate(order)
