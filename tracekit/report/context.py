@@ -27,7 +27,8 @@ from tracekit.report.figures import (
     MEMCPY_COLS,
     OPS_COLS,
     OVERVIEW_COLS,
-    REQ_COLS,
+    REQ_HEAD_COLS,
+    REQ_TAIL_COLS,
     STAGE_COLS,
     STREAM_COLS,
     figures,
@@ -72,6 +73,9 @@ class Table:
     rows: tuple[tuple[Cell, ...], ...] = field(metadata={"help": "formatted cells"})
     note: str = field(default="", metadata={"help": "a line under the table"})
     charts: tuple[charts.Chart, ...] = field(default=(), metadata={"help": "drawn after it"})
+    pinned: int = field(
+        default=0, metadata={"help": "last rows kept below the others when sorting (totals)"}
+    )
 
 
 @dataclass(frozen=True)
@@ -140,9 +144,26 @@ def _fmt(v: Any, key: str) -> Cell:
         return Cell(f"{v:.3f}", repr(v))
     if isinstance(v, bool):
         return Cell(str(v).lower(), str(int(v)))
+    if isinstance(v, int) and key == "bytes":
+        return Cell(_human_bytes(v), str(v))
+    if isinstance(v, int) and not (key in IDENTIFIERS or key.endswith("_id")):
+        return Cell(f"{v:,}", str(v))  # counts: thousands separators
     if isinstance(v, int):
         return Cell(str(v), str(v))
     return Cell(str(v), str(v))
+
+
+IDENTIFIERS = {"rank", "device", "stream", "pid", "tid", "bin", "lane"}  # ints that are names
+
+
+def _human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'; exact counts stay in the sort key and the JSON report."""
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def make_table(
@@ -154,6 +175,7 @@ def make_table(
     columns: Sequence[tuple[str, str]],
     note: str = "",
     drawn: Sequence[charts.Chart] = (),
+    pinned: int = 0,
 ) -> Table:
     cols = []
     for key, label in columns:
@@ -164,7 +186,16 @@ def make_table(
     cells = tuple(tuple(_fmt(r.get(c.key), c.key) for c in cols) for r in rows)
     shown = ", ".join(f"{k}={v}" for k, v in params.items())
     return Table(
-        tid, title, query, shown, load_query(query).text, tuple(cols), cells, note, tuple(drawn)
+        tid,
+        title,
+        query,
+        shown,
+        load_query(query).text,
+        tuple(cols),
+        cells,
+        note,
+        tuple(drawn),
+        pinned,
     )
 
 
@@ -426,14 +457,15 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
             "Statistics across requests of per-request stage totals; percentiles are "
             "quantile_cont (linear interpolation).",
             _all_drawn(hists),
+            sum(1 for r in q["stage_summary"] if r["row_kind"] != "stage"),
         ),
         make_table(
             f"{t}-requests",
             "Requests (slowest first)",
             "request_breakdown",
             p,
-            slowest[:HTML_REQUEST_ROWS],
-            REQ_COLS,
+            [_with_stages(r, order) for r in slowest[:HTML_REQUEST_ROWS]],
+            _request_columns(order),
             f"{min(n_req, HTML_REQUEST_ROWS)} of {n_req} requests shown; the JSON report has all."
             if n_req > HTML_REQUEST_ROWS
             else "",
@@ -534,6 +566,27 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
         figures(q, answer, findings),
         _evidence(tables, findings),
     )
+
+
+REQUEST_STAGE_COLUMNS = 8  # stages given a column in the requests table (pipeline order)
+
+
+def _request_columns(order: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """Request, start, end-to-end, one column per stage from the data (first seen first; past
+    REQUEST_STAGE_COLUMNS the rest in 'Other stages'), unattributed, GPU busy."""
+    stages = [s for s in order if s != "unattributed"]
+    cols = [(f"stage:{s}", f"{s} ms") for s in stages[:REQUEST_STAGE_COLUMNS]]
+    if len(stages) > REQUEST_STAGE_COLUMNS:
+        cols.append(("stage:*", "Other stages ms"))
+    return (*REQ_HEAD_COLS, *cols, *REQ_TAIL_COLS)
+
+
+def _with_stages(r: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    per_stage = {str(k): float(v) for k, v in json.loads(r["stages_json"]).items()}
+    named = set(order[:REQUEST_STAGE_COLUMNS])
+    out = {**r, **{f"stage:{k}": v for k, v in per_stage.items()}}
+    out["stage:*"] = sum(v for k, v in per_stage.items() if k not in named)
+    return out
 
 
 def _drawn(chart: charts.Chart) -> charts.Chart | None:

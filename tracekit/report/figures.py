@@ -150,17 +150,9 @@ STAGE_COLS = (
     ("gpu_busy_ms", "GPU busy ms"),
     ("gpu_span_ms", "GPU span ms"),
 )
-REQ_COLS = (
-    ("request_id", "Request"),
-    ("start_ms", "Start ms"),
-    ("e2e_ms", "End-to-end ms"),
-    ("preprocess_ms", "Preprocess ms"),
-    ("inference_ms", "Inference ms"),
-    ("postprocess_ms", "Postprocess ms"),
-    ("other_stages_ms", "Other stages ms"),
-    ("unattributed_ms", "Unattributed ms"),
-    ("gpu_busy_ms", "GPU busy ms"),
-)
+# the requests table: these, one column per stage of the trace (report/context.py), then these
+REQ_HEAD_COLS = (("request_id", "Request"), ("start_ms", "Start ms"), ("e2e_ms", "End-to-end ms"))
+REQ_TAIL_COLS = (("unattributed_ms", "Unattributed ms"), ("gpu_busy_ms", "GPU busy ms"))
 OPS_COLS = (
     ("stage", "Stage"),
     ("rank", "#"),

@@ -136,21 +136,41 @@ def rule_gpu_idle_inference(results: Results) -> Iterable[Finding]:
                 )
 
 
+TAIL_RATIO = 2.0  # p99 over p50
+TAIL_MATERIAL = 0.1  # ... and p99 - p50 at least this share of the end-to-end p50
+
+
 def rule_tail_latency(results: Results) -> Iterable[Finding]:
-    for r in results.get("stage_summary", []):
+    """One card for every stage with a long tail that matters: p99 > 2x p50, and the gap at
+    least 10% of the end-to-end p50 (a 0.4 ms gap in glue code is not worth a card)."""
+    rows = results.get("stage_summary", [])
+    e2e = next((r for r in rows if r.get("row_kind") == "end_to_end"), None)
+    floor = TAIL_MATERIAL * _num(e2e.get("p50_ms")) if e2e else 0.0
+    tails = []
+    for r in rows:
         p50, p99 = _num(r.get("p50_ms")), _num(r.get("p99_ms"))
-        if r.get("row_kind") == "end_to_end" or p50 <= 0 or p99 / p50 <= 2:
+        if r.get("row_kind") == "end_to_end" or p50 <= 0 or p99 / p50 <= TAIL_RATIO:
             continue
-        yield Finding(
-            f"tail_latency:{r['stage']}",
-            "medium",
-            f"Long tail in {r['stage']}",
-            f"{r['stage']} p99 {p99:.3f} ms is {p99 / p50:.1f}x its p50 {p50:.3f} ms",
-            "stage_summary",
-            "Find the slow requests in request_breakdown and compare their ops with a typical "
-            "one (input size, first-call warmup, GC, contention).",
-            {"p50_ms": p50, "p99_ms": p99},
-        )
+        if p99 - p50 >= floor:
+            tails.append((p99 - p50, str(r["stage"]), p50, p99))
+    if not tails:
+        return
+    tails.sort(key=lambda t: (-t[0], t[1]))
+    names = [t[1] for t in tails]
+    yield Finding(
+        "tail_latency",
+        "medium",
+        f"Long tail in {names[0]}"
+        + (f" and {len(names) - 1} more stages" if len(names) > 1 else ""),
+        "; ".join(
+            f"{n} p99 {p99:.3f} ms is {p99 / p50:.1f}x its p50 {p50:.3f} ms"
+            for _, n, p50, p99 in tails
+        ),  # fmt: skip
+        "stage_summary",
+        "Find the slow requests in request_breakdown and compare their ops with a typical "
+        "one (input size, first-call warmup, GC, contention).",
+        {f"p99_over_p50:{n}": p99 / p50 for _, n, p50, p99 in tails},
+    )
 
 
 def rule_memcpy(results: Results) -> Iterable[Finding]:
