@@ -301,3 +301,25 @@ def test_report_on_own_capture_matches_sql_and_nsys_stats(tmp_path: Path) -> Non
                           if name.endswith(f"tracekit:{s['stage']}"))  # fmt: skip
             assert s["instances"] == oracle["count"]
             assert round(s["total_ms"] * 1e6) == oracle["total"]
+
+
+def test_capture_seen_by_two_tools_is_one_run_with_agreeing_means() -> None:
+    """sample_traces/ (nsys + Kineto of one capture): the report says so, with each tool's
+    end-to-end mean from a plain pass over its file."""
+    import sqlite3
+
+    data = json.loads((SAMPLES / "torch.pt.trace.json").read_text())
+    kineto = [float(e["dur"]) / 1e3 for e in data["traceEvents"]
+              if e.get("name") == "tracekit:request" and e.get("ph") == "X"]  # fmt: skip
+    con = sqlite3.connect(f"{(SAMPLES / 'nsys.sqlite').as_uri()}?mode=ro&immutable=1", uri=True)
+    nsys = [(end - start) / 1e6 for start, end in con.execute(
+        "SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+        "WHERE coalesce(n.text, s.value) = 'request' AND n.eventType = 59 AND n.domainId = "
+        "(SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'tracekit')"
+    )]  # fmt: skip
+    con.close()
+    with tracekit.open(SAMPLES) as t:
+        ctx = build_report_context(t, [SAMPLES])
+    means = f"{sum(nsys) / len(nsys):.3f} ms vs {sum(kineto) / len(kineto):.3f} ms"
+    assert "one capture seen by two tools" in ctx.one_run
+    assert means in ctx.one_run and "they agree" in ctx.one_run, ctx.one_run

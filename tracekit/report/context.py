@@ -127,6 +127,10 @@ class ReportContext:
     environment: tuple[tuple[str, str], ...] = field(
         metadata={"help": "capture.json facts (command, versions, devices); never env values"}
     )
+    one_run: str = field(
+        default="",
+        metadata={"help": "for a capture seen by two tools: that sentence, agreeing or not"},
+    )
 
 
 def _fmt(v: Any, key: str) -> Cell:
@@ -660,10 +664,40 @@ def build_report_context(
     if not ids:
         raise TraceFormatError("the store holds no traces")
     traces = tuple(_trace_report(ts, i, top_n) for i in ids)
+    formats = dict(ts.sql("SELECT trace_id, format FROM traces").rows())
     return ReportContext(
         title,
         tracekit.__version__,
         tuple(p.name for p in inputs),
         traces,
         load_capture(list(inputs)),
+        _one_run(traces, formats, inputs),
+    )
+
+
+AGREE = 0.05  # two tools' end-to-end figures within 5%: they agree
+
+
+def _one_run(
+    traces: Sequence[TraceReport], formats: Mapping[int, str], inputs: Sequence[Path]
+) -> str:
+    """For a capture folder seen by two tools (one nsys and one Kineto trace, capture.json):
+    a sentence saying so, and whether their end-to-end figures agree."""
+    capture = len(inputs) == 1 and (Path(inputs[0]) / "capture.json").is_file()
+    kinds = sorted(formats.values())
+    if not capture or len(traces) != 2 or len(set(kinds)) != 2:
+        return ""
+    a, b = traces
+    what = (
+        f"Traces {a.trace_id} ({formats[a.trace_id]}) and {b.trace_id} ({formats[b.trace_id]}) "
+        "are one capture seen by two tools; each is shown on its own clock, never summed."
+    )
+    ma, mb = a.answer.mean_ms, b.answer.mean_ms
+    if not ma or not mb:
+        return what
+    gap = abs(ma - mb) / max(ma, mb)
+    verdict = "they agree" if gap <= AGREE else "they disagree: compare the traces' overheads"
+    return (
+        f"{what} End-to-end mean {ma:.3f} ms vs {mb:.3f} ms over {a.answer.requests} vs "
+        f"{b.answer.requests} requests ({gap:.1%} apart): {verdict}."
     )
