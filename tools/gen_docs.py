@@ -1,7 +1,9 @@
 """Docs generated from the code: docs/queries.md from the query catalogue (headers and a real
-run of each query on the synthetic trace of tests/synth_kineto.py) and the README's command
-table from the click group. `python tools/gen_docs.py` rewrites them; `--check` (run by
-.ci/run) fails when a committed copy is stale.
+run of each query on the synthetic trace of tests/synth_kineto.py), the README's command
+table from the click group, and docs/report.md's section list (tracekit/report/sections.py)
+and context model (tracekit/report/model.py, fields with their help text).
+`python tools/gen_docs.py` rewrites them; `--check` (run by .ci/run) fails when a committed
+copy is stale.
 """
 
 from __future__ import annotations
@@ -100,6 +102,41 @@ def with_command_table(readme: str) -> str:
     return pattern.sub(lambda m: m.group(1) + command_table() + m.group(2), readme)
 
 
+def _block(doc: str, name: str, body: str, path: str) -> str:
+    pattern = re.compile(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", re.S)
+    if not pattern.search(doc):
+        raise SystemExit(f"{path}: no <!-- {name}:start --> ... <!-- {name}:end --> block")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(2), doc)
+
+
+def sections_table() -> str:
+    from tracekit.report.sections import SECTIONS
+
+    lines = ["| # | id | section | query | JSON key |", "|---|---|---|---|---|"]
+    for i, sec in enumerate(SECTIONS, 1):
+        key = f"`{sec.json_key}`" if sec.json_key else "(HTML/md only)"
+        lines.append(f"| {i} | `t<N>-{sec.key}` | {sec.title} | `{sec.query}` | {key} |")
+    return "\n".join(lines) + "\n"
+
+
+def model_table() -> str:
+    import dataclasses
+
+    from tracekit.report import model
+
+    out = []
+    for cls in (model.ReportContext, model.TraceReport, model.Answer, model.Table,
+                model.Column, model.Cell):  # fmt: skip
+        fields = (f"`{f.name}` {f.metadata.get('help', '')}" for f in dataclasses.fields(cls))
+        out.append(f"- `{cls.__name__}`: " + "; ".join(fields) + "\n")
+    return "".join(out)
+
+
+def report_doc(doc: str) -> str:
+    doc = _block(doc, "sections", sections_table(), "docs/report.md")
+    return _block(doc, "model", model_table(), "docs/report.md")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--check", action="store_true", help="fail when a generated doc is stale")
@@ -107,6 +144,7 @@ def main() -> None:
     targets = {
         REPO / "docs" / "queries.md": queries_doc(),
         REPO / "README.md": with_command_table((REPO / "README.md").read_text()),
+        REPO / "docs" / "report.md": report_doc((REPO / "docs" / "report.md").read_text()),
     }
     stale = [p for p, text in targets.items() if p.read_text() != text]
     if args.check:

@@ -10,127 +10,34 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tracekit
 from tracekit.errors import TraceFormatError
 from tracekit.report import charts
-from tracekit.report.figures import (
-    CATEGORY_COLS,
-    DEVICE_COLS,
-    GAP_COLS,
-    GPU_COLS,
-    KERNEL_COLS,
-    LAUNCH_COLS,
-    MEMCPY_COLS,
-    OPS_COLS,
-    OVERVIEW_COLS,
-    REQ_HEAD_COLS,
-    REQ_TAIL_COLS,
-    STAGE_COLS,
-    STREAM_COLS,
-    figures,
-)
+from tracekit.report.figures import figures
 from tracekit.report.findings import Finding, evaluate
+from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
+from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
 from tracekit.sql import load_query
 from tracekit.traceset import QuerySource
 
-NO_GPU_NOTE = (
-    "No GPU activity in this capture: no kernels, copies or memsets were recorded (a CPU-only "
-    "run, or CUDA was not traced), so there is no GPU busy or idle time to show."
-)
 SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (largest first)
-BUSY_BARS = 12  # stages drawn in the GPU busy/idle chart (longest windows first)
-HTML_REQUEST_ROWS = 50  # slowest requests listed in the HTML/md table (JSON has all)
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
 
 
-@dataclass(frozen=True)
-class Cell:
-    text: str = field(metadata={"help": "the value as shown"})
-    sort: str = field(metadata={"help": "sort key (a number as text for numeric columns)"})
+IDENTIFIERS = {"rank", "device", "stream", "pid", "tid", "bin", "lane"}  # ints that are names
 
 
-@dataclass(frozen=True)
-class Column:
-    key: str = field(metadata={"help": "the query's column name"})
-    label: str = field(metadata={"help": "header text"})
-    numeric: bool = field(metadata={"help": "right-aligned, sorted as numbers"})
-
-
-@dataclass(frozen=True)
-class Table:
-    """One table of query rows, with the SQL that produced it."""
-
-    id: str = field(metadata={"help": "HTML id, unique in the report"})
-    title: str = field(metadata={"help": "section heading"})
-    query: str = field(metadata={"help": "queries/<name>.sql that produced the rows"})
-    params: str = field(metadata={"help": "parameters the query ran with"})
-    sql: str = field(metadata={"help": "the query text"})
-    columns: tuple[Column, ...] = field(metadata={"help": "shown columns"})
-    rows: tuple[tuple[Cell, ...], ...] = field(metadata={"help": "formatted cells"})
-    note: str = field(default="", metadata={"help": "a line under the table"})
-    charts: tuple[charts.Chart, ...] = field(default=(), metadata={"help": "drawn after it"})
-    pinned: int = field(
-        default=0, metadata={"help": "last rows kept below the others when sorting (totals)"}
-    )
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The headline: end-to-end latency and where it goes."""
-
-    requests: int = field(metadata={"help": "requests in the trace"})
-    source: str = field(metadata={"help": "where requests came from (tracekit:request ...)"})
-    p50_ms: float | None = field(metadata={"help": "end-to-end p50 (quantile_cont)"})
-    p99_ms: float | None = field(metadata={"help": "end-to-end p99"})
-    mean_ms: float | None = field(metadata={"help": "end-to-end mean"})
-    throughput_rps: float | None = field(metadata={"help": "requests / (last end - first start)"})
-    split: tuple[tuple[str, float, float], ...] = field(
-        metadata={"help": "(stage, total ms, share of end-to-end), unattributed last"}
-    )
-    sentence: str = field(metadata={"help": "the answer in one sentence"})
-    stage_source: str = field(
-        default="", metadata={"help": "where the stages came from, in words ('' if none)"}
-    )
-    gpu_sentence: str = field(
-        default="", metadata={"help": "GPU busy per device and the top category/kernel"}
-    )
-
-
-@dataclass(frozen=True)
-class TraceReport:
-    """Everything about one trace of the input."""
-
-    trace_id: int = field(metadata={"help": "1..N in input order"})
-    title: str = field(metadata={"help": "file name and format"})
-    answer: Answer = field(metadata={"help": "headline figures"})
-    findings: tuple[Finding, ...] = field(metadata={"help": "rule results, most severe first"})
-    split_chart: charts.Chart | None = field(metadata={"help": "stage split bar (the answer)"})
-    tables: tuple[Table, ...] = field(metadata={"help": "stage, request, ops, kernels ... tables"})
-    figures: Mapping[str, Any] = field(metadata={"help": "the JSON report's trace object"})
-    evidence: Mapping[str, str] = field(
-        default_factory=dict, metadata={"help": "finding query -> id of the table showing it"}
-    )
-
-
-@dataclass(frozen=True)
-class ReportContext:
-    """The one object the templates receive."""
-
-    title: str = field(metadata={"help": "report title"})
-    tracekit_version: str = field(metadata={"help": "tracekit version that wrote the report"})
-    inputs: tuple[str, ...] = field(metadata={"help": "input names as given (base names)"})
-    traces: tuple[TraceReport, ...] = field(metadata={"help": "one section per trace"})
-    environment: tuple[tuple[str, str], ...] = field(
-        metadata={"help": "capture.json facts (command, versions, devices); never env values"}
-    )
-    one_run: str = field(
-        default="",
-        metadata={"help": "for a capture seen by two tools: that sentence, agreeing or not"},
-    )
+def _human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'; exact counts stay in the sort key and the JSON report."""
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def _fmt(v: Any, key: str) -> Cell:
@@ -155,19 +62,6 @@ def _fmt(v: Any, key: str) -> Cell:
     if isinstance(v, int):
         return Cell(str(v), str(v))
     return Cell(str(v), str(v))
-
-
-IDENTIFIERS = {"rank", "device", "stream", "pid", "tid", "bin", "lane"}  # ints that are names
-
-
-def _human_bytes(n: int) -> str:
-    """1536 -> '1.5 KiB'; exact counts stay in the sort key and the JSON report."""
-    size, unit = float(n), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            break
-        size /= 1024
-    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def make_table(
@@ -204,31 +98,13 @@ def make_table(
 
 
 def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every report query for one trace (top_ops_all: every op, for the findings)."""
-    q = {
-        name: ts.query_dicts(name, trace_id=trace_id)
-        for name in (
-            "trace_overview",
-            "stage_summary",
-            "request_breakdown",
-            "gpu_utilization",
-            "memcpy_summary",
-            "launch_overhead",
-            "stage_attributes",
-            "padding_waste",
-            "attention_score_ops",
-            "request_sizes",
-        )
-    }
-    q["top_ops"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=top_n)
+    """Rows of every section's query and of EXTRA_QUERIES for one trace (top_ops_all: every
+    op, for the findings)."""
+    q = {name: ts.query_dicts(name, trace_id=trace_id) for name in EXTRA_QUERIES}
+    for sec in SECTIONS:
+        limit = {"limit": top_n} if sec.limit else {}
+        q[sec.query] = ts.query_dicts(sec.query, trace_id=trace_id, **limit, **sec.params)
     q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
-    q["top_kernels"] = ts.query_dicts("top_kernels", trace_id=trace_id, limit=top_n)
-    q["python_functions"] = ts.query_dicts("python_functions", trace_id=trace_id, limit=top_n)
-    q["idle_gaps"] = ts.query_dicts("idle_gaps", trace_id=trace_id, limit=10)
-    q["request_timeline"] = ts.query_dicts("request_timeline", trace_id=trace_id)
-    q["gpu_timeline"] = ts.query_dicts("gpu_timeline", trace_id=trace_id)
-    for name in ("gpu_devices", "gpu_categories", "gpu_streams", "host_waits"):
-        q[name] = ts.query_dicts(name, trace_id=trace_id)
     return q
 
 
@@ -291,23 +167,6 @@ def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
             f"(top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
         )
     return text
-
-
-NEST_COLS = (("parent", "Nested in"), ("share_of_parent", "Share of parent"))
-OPS_VIA_COLS = (("via", "In nested stage"),)
-PY_COLS = (("stage", "Stage"), ("rank", "#"), ("name", "Function"), ("kind", "Kind"),
-           ("via", "In nested stage"), ("calls", "Calls"), ("self_ms", "Self ms"),
-           ("share_of_stage", "Share of stage"), ("share_cumulative", "Cumulative"),
-           ("coverage", "Coverage"))  # fmt: skip
-
-
-def _nested(rows: Sequence[Mapping[str, Any]]) -> bool:
-    return any(r.get("parent") for r in rows)
-
-
-def _indent_children(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Stage rows with nested stages shown as '↳ child' (they follow their parent)."""
-    return [{**r, "stage": f"↳ {r['stage']}"} if r.get("parent") else dict(r) for r in rows]
 
 
 def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
@@ -412,153 +271,16 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     q = run_queries(ts, trace_id, top_n)
     findings = evaluate({**q, "top_ops": q["top_ops_all"]})
     answer = _answer(q)
-    p = {"trace_id": trace_id}
-    pl = {"trace_id": trace_id, "limit": top_n}
     values, order = _request_values(q["request_breakdown"])
     # largest stages first, so the ones the split bar names get distinct colours
     colors = charts.stage_colors(
         [n for n, _, _ in sorted(answer.split, key=lambda s: -s[1])] + order
     )
+    laid = Laid(trace_id, q, colors, values, order)
     split = _drawn(
-        charts.split_bar([(n, ms) for n, ms, _ in answer.split], colors, f"t{trace_id}-split")
+        charts.split_bar([(n, ms) for n, ms, _ in answer.split], colors, laid.chart_id("split"))
     )
-    req_charts = [
-        charts.waterfall(q["request_timeline"], colors, f"t{trace_id}-timeline"),
-        charts.request_bars(values, order, colors, f"t{trace_id}-requests-chart"),
-    ]
-    windows = [r for r in q["gpu_utilization"] if r["scope"] in ("trace", "stage")]
-    # the trace and the stages with the longest windows; the table lists every stage
-    shown = windows[:1] + sorted(windows[1:], key=lambda r: -r["window_ms"])[:BUSY_BARS]
-    busy_rows = [(str(r["name"]), r["busy_ms"], r["window_ms"]) for r in shown]
-    has_gpu = bool(q["trace_overview"][0]["gpu_events"])
-    names = {int(d["device"]): str(d["device_name"]) for d in q["gpu_devices"]}
-    gpu_charts = (
-        [
-            charts.gpu_strips(q["gpu_timeline"], names, f"t{trace_id}-gpu-timeline"),
-            charts.busy_bars(busy_rows, f"t{trace_id}-gpu-busy"),
-        ]
-        if has_gpu
-        else []
-    )
-    hists = [
-        charts.histogram([v[s] for v in values if s in v], s, colors[s], f"t{trace_id}-hist-{i}")
-        for i, s in enumerate(order)
-    ]
-    slowest = sorted(q["request_breakdown"], key=lambda r: (-r["e2e_ms"], r["request_id"]))
-    n_req = len(slowest)
-    t = f"t{trace_id}"
-    tables = (
-        make_table(
-            f"{t}-overview", "Trace", "trace_overview", p, q["trace_overview"], OVERVIEW_COLS
-        ),
-        make_table(
-            f"{t}-stages",
-            "Stages",
-            "stage_summary",
-            p,
-            _indent_children(q["stage_summary"]),
-            STAGE_COLS + (NEST_COLS if _nested(q["stage_summary"]) else ()),
-            "Statistics across requests of per-request stage totals; percentiles are "
-            "quantile_cont (linear interpolation).",
-            _all_drawn(hists),
-            sum(1 for r in q["stage_summary"] if r["row_kind"] != "stage"),
-        ),
-        make_table(
-            f"{t}-requests",
-            "Requests (slowest first)",
-            "request_breakdown",
-            p,
-            [_with_stages(r, order) for r in slowest[:HTML_REQUEST_ROWS]],
-            _request_columns(order),
-            f"{min(n_req, HTML_REQUEST_ROWS)} of {n_req} requests shown; the JSON report has all."
-            if n_req > HTML_REQUEST_ROWS
-            else "",
-            _all_drawn(req_charts),
-        ),
-        make_table(
-            f"{t}-ops",
-            "Top host ops per stage",
-            "top_ops",
-            pl,
-            q["top_ops"],
-            OPS_COLS + (OPS_VIA_COLS if _nested(q["stage_summary"]) else ()),
-        ),  # fmt: skip
-        *(
-            [
-                make_table(
-                    f"{t}-python",
-                    "Top Python/native functions per stage",
-                    "python_functions",
-                    pl,
-                    q["python_functions"],
-                    PY_COLS,
-                    "From torch.profiler Python events (tracekit capture --python); each "
-                    "stage's list goes past the top N until it covers 80% of the stage.",
-                )
-            ]
-            if any(r["kind"] == "python" for r in q["python_functions"])  # else top_ops says it
-            else []
-        ),  # fmt: skip
-        make_table(
-            f"{t}-kernels",
-            "Top GPU kernels per stage",
-            "top_kernels",
-            pl,
-            q["top_kernels"],
-            KERNEL_COLS,
-        ),
-        make_table(
-            f"{t}-gpu",
-            "GPU busy / idle",
-            "gpu_utilization",
-            p,
-            [r for r in q["gpu_utilization"] if r["scope"] != "request"] if has_gpu else [],
-            GPU_COLS,
-            "Per-request GPU busy time is in the requests table." if has_gpu else NO_GPU_NOTE,
-            _all_drawn(gpu_charts),
-        ),
-        make_table(
-            f"{t}-devices",
-            "GPU devices",
-            "gpu_devices",
-            p,
-            q["gpu_devices"],
-            DEVICE_COLS,
-            "Busy = union of the device's kernel, memcpy and memset intervals; utilization = "
-            "busy / trace span. Exposed communication: communication time with no other kernel "
-            "running on that device.",
-        ),
-        make_table(
-            f"{t}-categories",
-            "GPU activity by category",
-            "gpu_categories",
-            p,
-            q["gpu_categories"],
-            CATEGORY_COLS,
-            "Each kernel, copy and memset in exactly one category (rules: "
-            "tracekit/categories.toml); totals are plain sums of durations.",
-        ),
-        make_table(f"{t}-streams", "GPU streams", "gpu_streams", p, q["gpu_streams"], STREAM_COLS),
-        make_table(
-            f"{t}-gaps",
-            "Longest GPU idle gaps",
-            "idle_gaps",
-            {**p, "limit": 10},
-            q["idle_gaps"],
-            GAP_COLS,
-        ),
-        make_table(
-            f"{t}-memcpy", "Memory copies", "memcpy_summary", p, q["memcpy_summary"], MEMCPY_COLS
-        ),
-        make_table(
-            f"{t}-launch",
-            "Launch overhead",
-            "launch_overhead",
-            p,
-            q["launch_overhead"],
-            LAUNCH_COLS,
-        ),
-    )
+    tables = tuple(_table(sec, laid, top_n) for sec in SECTIONS if sec.shown(laid))
     ov = q["trace_overview"][0]
     return TraceReport(
         trace_id,
@@ -572,25 +294,20 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     )
 
 
-REQUEST_STAGE_COLUMNS = 8  # stages given a column in the requests table (pipeline order)
-
-
-def _request_columns(order: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """Request, start, end-to-end, one column per stage from the data (first seen first; past
-    REQUEST_STAGE_COLUMNS the rest in 'Other stages'), unattributed, GPU busy."""
-    stages = [s for s in order if s != "unattributed"]
-    cols = [(f"stage:{s}", f"{s} ms") for s in stages[:REQUEST_STAGE_COLUMNS]]
-    if len(stages) > REQUEST_STAGE_COLUMNS:
-        cols.append(("stage:*", "Other stages ms"))
-    return (*REQ_HEAD_COLS, *cols, *REQ_TAIL_COLS)
-
-
-def _with_stages(r: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
-    per_stage = {str(k): float(v) for k, v in json.loads(r["stages_json"]).items()}
-    named = set(order[:REQUEST_STAGE_COLUMNS])
-    out = {**r, **{f"stage:{k}": v for k, v in per_stage.items()}}
-    out["stage:*"] = sum(v for k, v in per_stage.items() if k not in named)
-    return out
+def _table(sec: Section, laid: Laid, top_n: int) -> Table:
+    """One section laid out: its rows, columns, note and charts for this trace."""
+    params = {"trace_id": laid.trace_id, **({"limit": top_n} if sec.limit else {}), **sec.params}
+    return make_table(
+        laid.chart_id(sec.key),
+        sec.title,
+        sec.query,
+        params,
+        sec.rows(laid) if sec.rows else laid.q[sec.query],
+        sec.columns(laid) if callable(sec.columns) else sec.columns,
+        sec.note(laid) if callable(sec.note) else sec.note,
+        _all_drawn(sec.charts(laid)),
+        sec.pinned(laid),
+    )
 
 
 def _drawn(chart: charts.Chart) -> charts.Chart | None:

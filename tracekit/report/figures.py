@@ -1,19 +1,15 @@
-"""The JSON report's per-trace object and the column sets of the report tables.
-
-Both are plain data over query rows (docs/report.md documents the JSON keys).
-"""
+"""The JSON report's per-trace object: plain data over query rows (docs/report.md documents
+the keys; the sections that show each key are in sections.py)."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracekit.report.findings import Finding
-
-if TYPE_CHECKING:
-    from tracekit.report.context import Answer
+from tracekit.report.model import Answer
 
 
 def rounded(v: Any) -> Any:
@@ -134,126 +130,3 @@ def figures(
             for f in findings
         ],
     }
-
-
-STAGE_COLS = (
-    ("stage", "Stage"),
-    ("count", "Requests"),
-    ("instances", "Ranges"),
-    ("total_ms", "Total ms"),
-    ("mean_ms", "Mean ms"),
-    ("p50_ms", "p50 ms"),
-    ("p90_ms", "p90 ms"),
-    ("p99_ms", "p99 ms"),
-    ("max_ms", "Max ms"),
-    ("share", "Share of e2e"),
-    ("gpu_busy_ms", "GPU busy ms"),
-    ("gpu_span_ms", "GPU span ms"),
-)
-# the requests table: these, one column per stage of the trace (report/context.py), then these
-REQ_HEAD_COLS = (("request_id", "Request"), ("start_ms", "Start ms"), ("e2e_ms", "End-to-end ms"))
-REQ_TAIL_COLS = (("unattributed_ms", "Unattributed ms"), ("gpu_busy_ms", "GPU busy ms"))
-OPS_COLS = (
-    ("stage", "Stage"),
-    ("rank", "#"),
-    ("name", "Op"),
-    ("calls", "Calls"),
-    ("self_ms", "Self ms"),
-    ("total_ms", "Total ms"),
-    ("mean_ms", "Mean self ms"),
-    ("share_of_stage", "Share of stage"),
-    ("share_of_ops", "Share of op time"),
-)
-KERNEL_COLS = (
-    ("stage", "Stage"),
-    ("rank", "#"),
-    ("name", "Kernel"),
-    ("launched_by", "Launched by"),
-    ("count", "Count"),
-    ("total_ms", "Total ms"),
-    ("mean_ms", "Mean ms"),
-    ("p50_ms", "p50 ms"),
-    ("p99_ms", "p99 ms"),
-    ("share_of_stage_gpu", "Share of stage GPU"),
-    ("coverage", "Coverage"),
-)
-GPU_COLS = (
-    ("scope", "Scope"),
-    ("name", "Window"),
-    ("windows", "Windows"),
-    ("window_ms", "Window ms"),
-    ("busy_ms", "Busy ms"),
-    ("idle_ms", "Idle ms"),
-    ("utilization", "Utilization"),
-)
-DEVICE_COLS = (
-    ("device", "Device"),
-    ("device_name", "Name"),
-    ("streams", "Streams"),
-    ("kernels", "Kernels"),
-    ("busy_ms", "Busy ms"),
-    ("window_ms", "Window ms"),
-    ("utilization", "Utilization"),
-    ("communication_ms", "Communication ms"),
-    ("exposed_communication_ms", "Exposed comm. ms"),
-)
-CATEGORY_COLS = (
-    ("device", "Device"),
-    ("category", "Category"),
-    ("count", "Count"),
-    ("total_ms", "Total ms"),
-    ("share_of_device", "Share of device"),
-    ("top_kernel", "Top kernel"),
-    ("top_kernel_ms", "Top kernel ms"),
-)
-STREAM_COLS = (
-    ("device", "Device"),
-    ("stream", "Stream"),
-    ("activities", "Activities"),
-    ("busy_ms", "Busy ms"),
-    ("share_of_device_busy", "Share of device busy"),
-    ("utilization", "Utilization"),
-    ("top_category", "Top category"),
-)
-GAP_COLS = (
-    ("rank", "#"),
-    ("gap_start_ms", "Start ms"),
-    ("gap_ms", "Gap ms"),
-    ("before", "GPU before"),
-    ("after", "GPU after"),
-    ("stage", "Stage"),
-    ("host_op", "Host doing"),
-    ("host_kind", "Kind"),
-    ("host_overlap_ms", "Overlap ms"),
-)
-MEMCPY_COLS = (
-    ("direction", "Direction"),
-    ("count", "Count"),
-    ("bytes", "Bytes"),
-    ("total_ms", "Total ms"),
-    ("gb_per_s", "GB/s"),
-    ("pageable_count", "Pageable"),
-    ("sync_count", "Synchronous"),
-    ("stages", "Stages"),
-)
-LAUNCH_COLS = (
-    ("api", "API"),
-    ("calls", "Calls"),
-    ("api_ms", "API ms"),
-    ("mean_api_us", "Mean API µs"),
-    ("gpu_events", "GPU events"),
-    ("gpu_ms", "GPU ms"),
-    ("queue_p50_us", "Queue p50 µs"),
-    ("queue_p99_us", "Queue p99 µs"),
-)
-OVERVIEW_COLS = (
-    ("file", "File"),
-    ("format", "Format"),
-    ("tool_version", "Tool"),
-    ("span_ms", "Span ms"),
-    ("events", "Events"),
-    ("requests", "Requests"),
-    ("stage_names", "Stages"),
-    ("kernels", "Kernels"),
-    ("device_names", "Devices"),
-)

@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 
-from tracekit.report.context import ReportContext
+from tracekit.report.model import ReportContext
 
 FORMATS = ("html", "md", "json")
 JSON_SCHEMA_VERSION = 1

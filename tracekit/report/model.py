@@ -1,0 +1,97 @@
+"""The report's one documented context object and its parts: frozen dataclasses whose fields
+carry help text (docs/report.md). Built by context.py, rendered by render.py; no logic here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracekit.report import charts
+from tracekit.report.findings import Finding
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str = field(metadata={"help": "the value as shown"})
+    sort: str = field(metadata={"help": "sort key (a number as text for numeric columns)"})
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str = field(metadata={"help": "the query's column name"})
+    label: str = field(metadata={"help": "header text"})
+    numeric: bool = field(metadata={"help": "right-aligned, sorted as numbers"})
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of query rows, with the SQL that produced it."""
+
+    id: str = field(metadata={"help": "HTML id, unique in the report"})
+    title: str = field(metadata={"help": "section heading"})
+    query: str = field(metadata={"help": "queries/<name>.sql that produced the rows"})
+    params: str = field(metadata={"help": "parameters the query ran with"})
+    sql: str = field(metadata={"help": "the query text"})
+    columns: tuple[Column, ...] = field(metadata={"help": "shown columns"})
+    rows: tuple[tuple[Cell, ...], ...] = field(metadata={"help": "formatted cells"})
+    note: str = field(default="", metadata={"help": "a line under the table"})
+    charts: tuple[charts.Chart, ...] = field(default=(), metadata={"help": "drawn after it"})
+    pinned: int = field(
+        default=0, metadata={"help": "last rows kept below the others when sorting (totals)"}
+    )
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The headline: end-to-end latency and where it goes."""
+
+    requests: int = field(metadata={"help": "requests in the trace"})
+    source: str = field(metadata={"help": "where requests came from (tracekit:request ...)"})
+    p50_ms: float | None = field(metadata={"help": "end-to-end p50 (quantile_cont)"})
+    p99_ms: float | None = field(metadata={"help": "end-to-end p99"})
+    mean_ms: float | None = field(metadata={"help": "end-to-end mean"})
+    throughput_rps: float | None = field(metadata={"help": "requests / (last end - first start)"})
+    split: tuple[tuple[str, float, float], ...] = field(
+        metadata={"help": "(stage, total ms, share of end-to-end), unattributed last"}
+    )
+    sentence: str = field(metadata={"help": "the answer in one sentence"})
+    stage_source: str = field(
+        default="", metadata={"help": "where the stages came from, in words ('' if none)"}
+    )
+    gpu_sentence: str = field(
+        default="", metadata={"help": "GPU busy per device and the top category/kernel"}
+    )
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    """Everything about one trace of the input."""
+
+    trace_id: int = field(metadata={"help": "1..N in input order"})
+    title: str = field(metadata={"help": "file name and format"})
+    answer: Answer = field(metadata={"help": "headline figures"})
+    findings: tuple[Finding, ...] = field(metadata={"help": "rule results, most severe first"})
+    split_chart: charts.Chart | None = field(metadata={"help": "stage split bar (the answer)"})
+    tables: tuple[Table, ...] = field(metadata={"help": "stage, request, ops, kernels ... tables"})
+    figures: Mapping[str, Any] = field(metadata={"help": "the JSON report's trace object"})
+    evidence: Mapping[str, str] = field(
+        default_factory=dict, metadata={"help": "finding query -> id of the table showing it"}
+    )
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """The one object the templates receive."""
+
+    title: str = field(metadata={"help": "report title"})
+    tracekit_version: str = field(metadata={"help": "tracekit version that wrote the report"})
+    inputs: tuple[str, ...] = field(metadata={"help": "input names as given (base names)"})
+    traces: tuple[TraceReport, ...] = field(metadata={"help": "one section per trace"})
+    environment: tuple[tuple[str, str], ...] = field(
+        metadata={"help": "capture.json facts (command, versions, devices); never env values"}
+    )
+    one_run: str = field(
+        default="",
+        metadata={"help": "for a capture seen by two tools: that sentence, agreeing or not"},
+    )
