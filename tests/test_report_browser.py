@@ -8,18 +8,17 @@ form are checked, the values elsewhere)."""
 
 from __future__ import annotations
 
-import gzip
 import html
 import json
 import re
 import shutil
-import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SAMPLE_TRACES, shared_params
+from tests.gpu_oracle import raw_gpu_intervals
 from tracekit.report import write_report
 
 pytestmark = [
@@ -34,28 +33,10 @@ _reports: dict[Path, Path] = {}
 
 
 def gpu_devices(trace: Path) -> int:
-    """Devices with kernels, copies or memsets: a plain pass over the raw file(s)."""
-    found: set[str] = set()
+    """Devices with kernels, copies or memsets, per trace file (a run folder: each file)."""
     files = sorted(trace.iterdir()) if trace.is_dir() else [trace]
-    for f in files:
-        if f.suffix == ".sqlite":
-            con = sqlite3.connect(f"{f.as_uri()}?mode=ro&immutable=1", uri=True)
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
-            for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                      "CUPTI_ACTIVITY_KIND_MEMSET"):  # fmt: skip
-                if t in tables:
-                    found |= {
-                        f"{f}:{d}" for (d,) in con.execute(f"SELECT DISTINCT deviceId FROM {t}")
-                    }
-            con.close()
-        elif f.name.endswith((".json", ".json.gz")):
-            opener = gzip.open if f.suffix == ".gz" else open
-            with opener(f, "rt") as fh:
-                events = json.load(fh).get("traceEvents", [])  # capture.json has none
-            cats = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
-            found |= {f"{f}:{e.get('args', {}).get('device')}" for e in events
-                      if e.get("cat") in cats and e.get("ph") == "X"}  # fmt: skip
-    return len(found)
+    traces = [f for f in files if f.name.endswith((".sqlite", ".trace.json", ".json.gz"))]
+    return sum(len(raw_gpu_intervals(f)) for f in traces)
 
 
 @pytest.fixture(scope="module")
