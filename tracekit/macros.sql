@@ -48,6 +48,35 @@ SELECT key,
        min(start_ns) AS first_ns, max(end_ns) AS last_ns, count(*) AS n
 FROM o GROUP BY key;
 
+-- tk_busy_upto(intervals, points) -> (key, point_id, busy_ns): for each point (columns key,
+-- point_id, t), the length of the union of that key's intervals before t (a device's busy
+-- time up to t). Differences of two points give the busy time between them (a window, a bin),
+-- overlaps counted once. Islands (tk_islands) and points go in one sequence per key; running
+-- maxima carry each point's last island: the portable form of an as-of join (Spark has none).
+CREATE OR REPLACE TEMP MACRO tk_busy_upto(intervals, points) AS TABLE
+WITH isl AS (
+    FROM tk_islands(intervals)
+), cum AS (  -- islands are disjoint: busy time before each one is a running sum
+    SELECT key, start_ns AS i0, end_ns AS i1,
+           sum(end_ns - start_ns) OVER (PARTITION BY key ORDER BY start_ns
+                                        ROWS UNBOUNDED PRECEDING) - (end_ns - start_ns) AS before
+    FROM isl
+), merged AS (  -- an island sorts before a point at its start
+    SELECT key, i0 AS t, 0 AS is_point, i0, i1, before, CAST(NULL AS BIGINT) AS point_id
+    FROM cum
+    UNION ALL
+    SELECT key, t, 1, NULL, NULL, NULL, point_id FROM query_table(points)
+), carried AS (  -- i0, i1 and before all grow island by island: their running maxima
+    SELECT key, is_point, point_id, t,
+           max(i0) OVER (PARTITION BY key ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS i0,
+           max(i1) OVER (PARTITION BY key ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS i1,
+           max(before) OVER (PARTITION BY key ORDER BY t, is_point ROWS UNBOUNDED PRECEDING)
+               AS before
+    FROM merged
+)
+SELECT key, point_id, coalesce(before + least(greatest(t - i0, 0), i1 - i0), 0) AS busy_ns
+FROM carried WHERE is_point = 1;
+
 -- tk_op_name(name): an op's name without the per-call suffixes torch's emit_nvtx adds
 -- ('aten::addmm, seq = 47588, op_id = 999618' -> 'aten::addmm'), so one op is one group.
 CREATE OR REPLACE TEMP MACRO tk_op_name(name) AS
