@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import tempfile
@@ -39,11 +38,12 @@ _SNIFF_BYTES = 1 << 20
 def _looks_like_chrome_trace(path: Path) -> bool:
     """A JSON file in a folder counts as a trace only if `traceEvents` shows up early, so a
     report.json or diff.json written into a run folder is not taken for one."""
-    opener = gzip.open if path.name.endswith(".gz") else open
+    from tracekit.ingest.json_scan import open_trace_bytes
+
     try:
-        with opener(path, "rb") as fh:
+        with open_trace_bytes(path) as fh:
             return b'"traceEvents"' in fh.read(_SNIFF_BYTES)
-    except (OSError, EOFError, zlib.error):
+    except (OSError, EOFError, zlib.error, TraceFormatError):
         return True  # let the ingestor name what is wrong with it
 
 

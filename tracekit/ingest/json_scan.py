@@ -24,6 +24,7 @@ import numpy as np
 import orjson
 
 from tracekit.errors import TraceFormatError
+from tracekit.ingest.bounded_gzip import BoundedGzipFile
 
 BLOCK_BYTES = 16 * 1024 * 1024
 _QUOTE, _BSLASH = ord('"'), ord("\\")
@@ -43,7 +44,7 @@ def open_trace_bytes(path: Path) -> IO[bytes]:
     f = open(path, "rb")
     if f.read(2) == b"\x1f\x8b":
         f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        return BoundedGzipFile(f, path)
     f.seek(0)
     return f
 
@@ -352,7 +353,7 @@ def locate_events_array(
     try:
         gz = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
-        f: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw  # type: ignore[assignment]
+        f: IO[bytes] = BoundedGzipFile(raw, path) if gz else raw
         head, start = _head(f, path)
         if start < 0:
             return None
