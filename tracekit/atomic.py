@@ -51,8 +51,10 @@ def check_output(out: Path, inputs: Iterable[Path], force: bool, folder: bool = 
         real = src.resolve()
         for candidate in {src, real}:
             if _holds(resolved, candidate) or _holds(target, candidate):
-                what = "is an input" if resolved == candidate or target == candidate else (
-                    "holds an input"
+                what = (
+                    "is an input"
+                    if resolved == candidate or target == candidate
+                    else ("holds an input")
                 )
                 raise TracekitError(f"{out}: {what} ({raw}); write the output elsewhere")
         with contextlib.suppress(OSError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 REDACTED = "<redacted>"
 
@@ -38,7 +39,9 @@ _TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
 # `Authorization: Bearer abc`: keep the scheme, redact the credential.
 _AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{6,})")
 # scheme://user:password@host: keep the scheme and host.
-_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,20}://)([^\s/@:'\"]{0,200}):([^\s/@'\"]{1,200})@")
+_URL_CREDENTIALS = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.-]{0,20}://)([^\s/@:'\"]{0,200}):([^\s/@'\"]{1,200})@"
+)
 # key=value, key: value, "key": "value" where the key says secret.
 _ASSIGNMENT = re.compile(
     r"(?<![\w.-])([A-Za-z_-][\w.-]{0,80})([\"']?\s{0,4}[:=]\s{0,4})"
@@ -69,6 +72,7 @@ def redact_text(text: str, counts: Counter[str] | None = None) -> str:
         text, n = pattern.subn(REDACTED, text)
         if n:
             counts[kind] += n
+
     def auth(m: re.Match[str]) -> str:
         credential = m.group(3)
         if not (len(credential) >= 20 or credential.endswith("=")
@@ -89,7 +93,8 @@ def redact_text(text: str, counts: Counter[str] | None = None) -> str:
         counts["secret key=value"] += 1
         value = m.group(3)
         if value[:1] in "\"'":
-            return m.group(1) + m.group(2) + value[0] + REDACTED + value[0] * (len(value) > 1 and value[-1] == value[0])
+            closed = len(value) > 1 and value[-1] == value[0]
+            return m.group(1) + m.group(2) + value[0] + REDACTED + value[0] * closed
         return m.group(1) + m.group(2) + REDACTED
 
     if "=" in text or ":" in text:
@@ -110,6 +115,31 @@ def redact_command(text: str, counts: Counter[str] | None = None) -> str:
         return m.group(1) + m.group(2) + REDACTED
 
     return _FLAG_VALUE.sub(flag, text)
+
+
+def redact_value(value: Any, counts: Counter[str] | None = None, depth: int = 0) -> Any:
+    """A JSON-like value with secrets redacted in every string (argv-like lists of strings
+    as command lines); values under secret-named keys replaced whole."""
+    if counts is None:
+        counts = Counter()
+    if depth > 200:
+        return REDACTED
+    if isinstance(value, str):
+        return redact_command(value, counts)
+    if isinstance(value, list):
+        if value and all(isinstance(v, str) for v in value):
+            return redact_argv(value, counts)
+        return [redact_value(v, counts, depth + 1) for v in value]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if is_secret_key(str(k)) and isinstance(v, (str, int, float)) and v != "":
+                counts["secret-named keys"] += 1
+                out[redact_text(str(k), counts)] = REDACTED
+            else:
+                out[redact_text(str(k), counts)] = redact_value(v, counts, depth + 1)
+        return out
+    return value
 
 
 def redact_argv(argv: Sequence[str], counts: Counter[str] | None = None) -> list[str]:

@@ -426,9 +426,7 @@ def _scrub_json(source: Path, tmp: Path, out: Path, opt: ScrubOptions,
         os.fsync(f.fileno())
 
 
-_JSON_HOST = re.compile(
-    r'"(?:host_?name|hostname|host|node_?name)"\s*:\s*"([^"\\]{3,255})"', re.I
-)
+_JSON_HOST = re.compile(r'"(?:host_?name|hostname|host|node_?name)"\s*:\s*"([^"\\]{3,255})"', re.I)
 _NAME_VARS = "|".join(_USER_VARS + _HOST_VARS)
 _JSON_ENV = re.compile(
     rf'"({_NAME_VARS})"\s*:\s*"([^"\\]{{1,255}})"|"((?:{_NAME_VARS})=[^"\\]{{1,255}})"'
@@ -461,8 +459,10 @@ def _scrub_list(items: list[Any], scrub: _Scrubber) -> list[Any]:
     return items
 
 
-def _object_hook(scrub: _Scrubber, opt: ScrubOptions,
-                 removed: Counter[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:  # fmt: skip
+_Hook = Callable[[list[tuple[str, Any]]], dict[str, Any]]
+
+
+def _object_hook(scrub: _Scrubber, opt: ScrubOptions, removed: Counter[str]) -> _Hook:
     """Scrubs each object as the parser builds it: keys, string values, lists of strings;
     string values under secret-named keys and env-named keys redacted."""
 

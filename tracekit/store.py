@@ -75,7 +75,7 @@ def _sidecar_files(source: Path) -> list[Path]:
         return []
     try:
         return [p for p in sidecars_for(run_dir, source) if p.is_file()]
-    except (OSError, ValueError):  # unreadable or foreign capture.json: no attributes
+    except (OSError, ValueError, RecursionError):  # unreadable or foreign capture.json
         return []
 
 

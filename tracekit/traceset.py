@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from tracekit.errors import QueryError, StoreError, TraceFormatError
+from tracekit.atomic import check_input_file
+from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import detect_format
 from tracekit.stages import StageRule, load_config_rules
 from tracekit.store import (
@@ -51,13 +52,20 @@ def _capture_traces(directory: Path) -> list[Path] | None:
     """The traces a run folder's capture.json lists (None: no usable manifest)."""
     try:
         files = json.loads((directory / "capture.json").read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
-    roles = {f.get("role"): directory / f["path"] for f in files if isinstance(f, dict)}
+    if not isinstance(files, list):
+        return None
+    roles = {
+        f.get("role"): directory / f["path"]
+        for f in files
+        if isinstance(f, dict) and isinstance(f.get("path"), str) and "\x00" not in f["path"]
+    }
     traces = [roles[r] for r in ("nsys-sqlite", "torch-trace") if r in roles]
     if "nsys-sqlite" not in roles and "nsys-report" in roles:
         traces.append(roles["nsys-report"])
-    found = [p for p in traces if p.is_file()]
+    root = directory.resolve()
+    found = [p for p in traces if p.is_file() and root in p.resolve().parents]
     return sorted(found) or None
 
 
@@ -86,6 +94,19 @@ def find_traces(directory: Path) -> list[Path]:
     return found
 
 
+def input_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Every file an output must never replace: the paths given, the traces and stores they
+    stand for, and a run folder's capture.json and attribute sidecars."""
+    found = [Path(p) for p in paths]
+    for p in list(found):
+        if p.is_dir():
+            found += [p / "capture.json", p / "attributes"]
+        with contextlib.suppress(TracekitError, OSError):
+            traces, stores = resolve_inputs([p])
+            found += traces + stores
+    return found
+
+
 def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
     """Split inputs into (trace files, existing stores). Folders expand to their traces."""
     traces: list[Path] = []
@@ -98,6 +119,7 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
             raise TraceFormatError(f"{p}: permission denied (on a folder above it)") from None
         except OSError:
             raise TraceFormatError(f"{p}: no such file or directory") from None
+        check_input_file(p)
         if p.is_dir():
             traces.extend(find_traces(p))
         elif p.name == "capture.json":

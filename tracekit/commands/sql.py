@@ -27,7 +27,9 @@ from tracekit.output import FORMATS, write_result
     show_default=True,
     help="table fits the terminal; csv has a header row; json is an array of rows.",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here, not stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Write here, not stdout (- is stdout)."
+)
 @click.option("--write", is_flag=True, help="Open a store read-write (default: read-only).")
 @stage_option
 @cache_dir_option
@@ -44,8 +46,13 @@ def command(
     """Run SQL over traces, run folders or stores. Tables: traces, threads, events, stages,
     requests, attributes (docs/schema.md)."""
     import tracekit
-    from tracekit.atomic import atomic_output
+    from tracekit.atomic import atomic_output, check_output
+    from tracekit.traceset import input_files
 
+    if output is not None and str(output) == "-":
+        output = None
+    if output is not None:  # (-o replaces an earlier output, never an input)
+        check_output(output, input_files(source), force=True)
     with tracekit.open(
         list(source),
         stage_rules=parse_stage_rules(stage_rules),

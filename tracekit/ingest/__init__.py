@@ -18,6 +18,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 def detect_format(path: Path) -> str:
     """Return 'nsys', 'kineto' or 'nsys-rep' from the first bytes of the file."""
+    from tracekit.atomic import check_input_file
+
+    check_input_file(path)  # a FIFO would block the open below forever
     try:
         with open(path, "rb") as f:
             head = f.read(4096)

@@ -58,9 +58,10 @@ def write_report(
 ) -> Path:
     """Build the report over traces / run dirs / stores and write it atomically; its path."""
     import tracekit
-    from tracekit.atomic import write_text_atomic
+    from tracekit.atomic import check_output, write_text_atomic
     from tracekit.report.context import build_report_context
     from tracekit.report.render import render
+    from tracekit.traceset import input_files
 
     if not sources:
         raise TracekitError("report: give a trace, run folder or store")
@@ -75,13 +76,19 @@ def write_report(
                 "current folder",
                 file=sys.stderr,
             )
-    if output.exists() and not force:
-        raise TracekitError(
-            f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
-        )
+    stdout = str(output) == "-"
+    if not stdout:
+        if output.exists() and not force and not output.is_symlink():
+            raise TracekitError(
+                f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
+            )
+        check_output(output, input_files(sources), force)
     with tracekit.open(list(sources), stage_rules=stage_rules) as ts:
         ctx = build_report_context(ts, [Path(s) for s in sources], top_n=top_n)
         text = render(ctx, fmt)
+    if stdout:
+        sys.stdout.write(text)
+        return output
     write_text_atomic(output, text)
     return output
 
