@@ -150,7 +150,7 @@ class TraceSet:
     def sql(self, query: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
         """Run SQL and return a polars DataFrame."""
         try:
-            rel = self.con.execute(query, params or {})
+            rel = _interruptible(self.con, query, params or {})
         except duckdb.Error as e:
             msg = _first_line(e)
             if "read-only" in msg:
@@ -207,6 +207,36 @@ class TraceSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _interruptible(
+    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any]
+) -> duckdb.DuckDBPyConnection:
+    """`con.execute` on a worker thread, so Ctrl-C (delivered to the main thread, which
+    DuckDB's execute would block) interrupts the query: KeyboardInterrupt, exit 130."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["rel"] = con.execute(query, params)
+        except BaseException as e:  # raised again on the calling thread
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="tracekit-query", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except KeyboardInterrupt:
+        con.interrupt()
+        worker.join(10)
+        raise
+    if "error" in box:
+        raise box["error"]
+    rel: duckdb.DuckDBPyConnection = box["rel"]
+    return rel
 
 
 def _first_line(e: Exception) -> str:
