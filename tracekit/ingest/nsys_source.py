@@ -62,9 +62,19 @@ class Probe:
         return column in self.columns.get(table, ())
 
 
+def wal_mode(path: Path) -> bool:
+    """Whether the SQLite header says write-ahead log (file format versions 2 at 18/19)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return False
+    return len(head) == 20 and (head[18] == 2 or head[19] == 2)
+
+
 def _uri(path: Path) -> str:
     # immutable=1 when SQLite could not create its lock/journal files anyway.
-    q = "mode=ro" if os.access(path.parent, os.W_OK) else "mode=ro&immutable=1"
+    q = "mode=ro&immutable=1"  # never a -wal/-shm/journal beside the input
     return f"{path.resolve().as_uri()}?{q}"
 
 
