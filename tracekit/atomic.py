@@ -48,7 +48,10 @@ def check_output(out: Path, inputs: Iterable[Path], force: bool, folder: bool = 
     resolved = target.parent.resolve() / target.name
     for raw in inputs:
         src = Path(os.path.abspath(raw))
-        real = src.resolve()
+        try:
+            real = src.resolve()
+        except (OSError, RuntimeError):  # (a link loop)
+            real = src
         for candidate in {src, real}:
             if _holds(resolved, candidate) or _holds(target, candidate):
                 what = (

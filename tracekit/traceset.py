@@ -99,9 +99,9 @@ def input_files(paths: Iterable[str | Path]) -> list[Path]:
     stand for, and a run folder's capture.json and attribute sidecars."""
     found = [Path(p) for p in paths]
     for p in list(found):
-        if p.is_dir():
-            found += [p / "capture.json", p / "attributes"]
-        with contextlib.suppress(TracekitError, OSError):
+        with contextlib.suppress(TracekitError, OSError, ValueError):
+            if p.is_dir():
+                found += [p / "capture.json", p / "attributes"]
             traces, stores = resolve_inputs([p])
             found += traces + stores
     return found
@@ -294,13 +294,13 @@ def open_traces(
 
 
 def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None = None) -> None:
-    sql = "SELECT table_name FROM information_schema.tables WHERE table_catalog = "
-    sql += "current_database()" if catalog is None else "$catalog"
-    params = {} if catalog is None else {"catalog": catalog}
-    names = {r[0] for r in con.execute(sql, params).fetchall()}
-    missing = [t for t in TABLES if t not in names]
-    if missing:
-        raise StoreError(f"{path}: not a tracekit store (missing tables: {', '.join(missing)})")
+    from tracekit.store import store_problem
+
+    why = store_problem(con, catalog)
+    if why is not None:
+        if catalog is None:
+            con.close()
+        raise StoreError(f"{path}: not a store tracekit wrote ({why}); nothing in it was run")
 
 
 def _attach_union(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import sqlite3
 import tempfile
 from collections.abc import Iterator
