@@ -148,8 +148,9 @@ def apply_attributes_stats(
         for key, value in sorted((rec.get("attrs") or {}).items())
     ]
     con.execute("DELETE FROM attributes WHERE trace_id = $trace_id", {"trace_id": trace_id})
-    if rows:
-        con.executemany("INSERT INTO attributes VALUES (?, ?, ?, ?)", rows)
+    from tracekit.ingest.common import insert_many
+
+    insert_many(con, "attributes", rows)
     return MatchStats(len(records), len(pairs), len(rows), unmatched)
 
 

@@ -17,7 +17,13 @@ from typing import Any
 import duckdb
 import orjson
 
-from tracekit.ingest.common import STAGING_TABLE, EventWriter, TraceInfo, add_thread
+from tracekit.ingest.common import (
+    STAGING_TABLE,
+    EventWriter,
+    TraceInfo,
+    add_thread,
+    insert_many,
+)
 from tracekit.ingest.json_scan import (
     EventsArray,
     ScanResult,
@@ -219,8 +225,9 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
         threads.string_ids = _label_ids(groups)
         if threads.string_ids:
             con.execute("CREATE OR REPLACE TEMP TABLE _kineto_labels (label VARCHAR, id BIGINT)")
-            con.executemany(
-                "INSERT INTO _kineto_labels VALUES (?, ?)",
+            insert_many(
+                con,
+                "_kineto_labels",
                 [(label, -ident) for label, ident in threads.string_ids.items()],
             )
             con.execute(sql["labels"])
