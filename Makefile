@@ -6,7 +6,7 @@ RUN_DIR ?= runs/demo
 .PHONY: setup demo test samples bench lint readme
 
 setup:
-	$(PYTHON) -m pip install -q -c $(PIP_CONSTRAINTS) -e '.[examples,dev]'
+	$(PYTHON) -m pip install -q -c $(PIP_CONSTRAINTS) -e '.[examples,dev,spark]'
 
 demo: setup
 	tracekit capture -o $(RUN_DIR) --force -- $(PYTHON) examples/infer.py --requests 16
@@ -22,9 +22,12 @@ samples:
 bench:
 	$(PYTHON) bench/bench_ingest.py
 
+# Style, types (mypy --strict, pyproject's [tool.mypy]) and the generated docs being current.
 lint:
 	ruff check tracekit tests bench examples tools
 	ruff format --check tracekit tests bench examples tools
+	$(PYTHON) -m mypy
+	$(PYTHON) tools/gen_docs.py --check
 
 # Paste the real output of the README's commands into it (tests/test_readme.py checks them).
 readme:

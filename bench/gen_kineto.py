@@ -11,6 +11,13 @@ id, a matching kernel on a GPU stream and an `ac2g` flow pair) and `tracekit:pos
 (argmax, device-to-host copy, sync). Metadata events, deviceProperties and distributedInfo
 close the file as Kineto does. Events are written as they are made: memory stays flat.
 
+The event mix follows torch 2.x traces recorded with `profile_memory` and `with_stack` (the
+H100 traces in shared/traces): besides complete events and `ac2g` flow pairs, a
+`cpu_instant_event` `[memory]` instant per allocating op (~8 % of events) and
+`python_function` frames (~18 %): one per layer op (`torch/nn/functional.py(...)`), one
+`nn.Module: Layer_N` per layer, and the model's frames around the request's inference and
+decoding (Python id / Python parent id args, as Kineto writes them).
+
 Correlation ids are CUPTI's: one process-wide counter that every CUDA API call advances,
 traced or not, and that has already run far by the time the profiler starts after warm-up.
 So they start high (CORR_START) and step by a few per launch, as in the real traces in
@@ -77,6 +84,9 @@ class _Gen:
         self.ext = 1
         self.count = 0
         self.first = True
+        self.alloc = 1_003_059_712  # bytes allocated so far (the [memory] instants' total)
+        self.py_id = 0  # python_function ids, and the open frames' ids
+        self.py_stack: list[int] = []
 
     # -- writers -------------------------------------------------------------------------
     def _emit(self, text: str) -> None:
@@ -98,6 +108,25 @@ class _Gen:
             f'  {{\n    "ph": "{ph}", "id": {corr}, "pid": {pid}, "tid": {tid}, '
             f'"ts": {_num(ts)},\n    "cat": "ac2g", "name": "ac2g"{bp}\n  }}'
         )
+
+    def instant(self, ts: float, nbytes: int) -> None:
+        """A `[memory]` allocation instant, as profile_memory=True records one per alloc."""
+        self.alloc += nbytes
+        self._emit(
+            f'  {{\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",\n'
+            f'    "pid": {PID}, "tid": {TID},\n    "ts": {_num(ts)},\n    "args": {{\n'
+            f'      "Total Reserved": 2629828608, "Total Allocated": {self.alloc}, '
+            f'"Bytes": {nbytes}, "Addr": {137877174353920 + self.alloc}, "Device Id": {DEVICE}, '
+            f'"Device Type": 1, "Ev Idx": {self.count}\n    }}\n  }}'
+        )
+
+    def python(self, name: str, ts: float, dur: float) -> None:
+        """A with_stack frame: `python_function`, its id and its parent's (None at a root)."""
+        self.py_id += 1
+        parent = self.py_stack[-1] if self.py_stack else "null"
+        self.x("python_function", name, PID, TID, ts, dur,
+               f'      "Python parent id": {parent}, "Python id": {self.py_id}, '
+               f'"Ev Idx": {self.count}')  # fmt: skip
 
     # -- building blocks -----------------------------------------------------------------
     def annotation(self, name: str, ts: float, dur: float) -> None:
@@ -161,6 +190,7 @@ class _Gen:
         ext = self._ext()
         self.op("aten::to", t, 18.0, f"[[1, {tokens}], [], [], [], [], []]", ext)
         self.op("aten::_to_copy", t + 0.5, 17.0, f"[[1, {tokens}], [], [], [], [], []]", ext)
+        self.instant(t + 0.8, tokens * 8)
         self.op("aten::copy_", t + 1.0, 16.0, f"[[1, {tokens}], [1, {tokens}], []]", ext)
         gpu = max(gpu, t + 3.0)
         self.launch("Memcpy HtoD (Pageable -> Device)", t + 2.0, ext, 2.5, gpu, cat="gpu_memcpy",
@@ -171,25 +201,39 @@ class _Gen:
         # inference: layers of nested ops, each with one kernel
         inf = t + 1.0
         t = inf + 1.0
-        for _ in range(layers):
+        layer_us = len(LAYER_OPS) * 15.0
+        end = t + layers * layer_us  # the frames around the model are written first
+        self.python("model.py(88): forward", inf + 0.2, end - inf - 0.4)
+        self.py_stack.append(self.py_id)
+        self.python("torch/nn/modules/module.py(1747): _call_impl", inf + 0.4, end - inf - 0.8)
+        self.py_stack.append(self.py_id)
+        for layer in range(layers):
+            self.python(f"nn.Module: Layer_{layer}", t - 0.4, layer_us - 0.1)
+            self.py_stack.append(self.py_id)
             for op, child, kernel, kus in LAYER_OPS:
                 ext = self._ext()
                 dims = f"[[1, {tokens}, 768], [768, 768], []]"
+                self.python(f"torch/nn/functional.py({2300 + len(op)}): {op[6:]}", t - 0.2, 14.6)
                 self.op(op, t, 14.0, dims, ext)
                 lt = t + 1.0
                 if child:
                     self.op(child, t + 1.0, 12.0, dims, ext)
+                    self.instant(t + 1.3, tokens * 768 * 2)
                     lt = t + 2.0
                 gpu = max(gpu, lt + 4.0)
                 self.launch(kernel, lt, ext, kus, gpu)
                 gpu += kus + 1.0
                 t += 15.0
+            self.py_stack.pop()
+        self.py_stack.clear()
         events.append(("tracekit:inference", inf, t - inf))
         # postprocess: argmax, D2H copy, sync
         post = t + 1.0
         t = post + 1.0
         ext = self._ext()
+        self.python("generate.py(31): decode", t - 0.2, 10.4)
         self.op("aten::argmax", t, 10.0, f"[[1, {tokens}, 30522], [], []]", ext)
+        self.instant(t + 0.5, 8)
         gpu = max(gpu, t + 5.0)
         self.launch("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
                     "at::native::ArgMaxOps<float>, unsigned int, long, 4> >()", t + 2.0, ext,
@@ -219,8 +263,12 @@ class _Gen:
         self.t = t + 20.0 + rng.random() * 50.0
 
 
-_LAYER_EVENTS = len(LAYER_OPS) * 5 + sum(1 for _, c, _, _ in LAYER_OPS if c)
-_FIXED_EVENTS = 24  # request overhead outside layers (preprocess + postprocess + annotations)
+# per layer: op + runtime + kernel + 2 flows + python frame per op, a child op and an instant
+# per op that has a child, the layer's nn.Module frame
+_LAYER_EVENTS = len(LAYER_OPS) * 6 + 2 * sum(1 for _, c, _, _ in LAYER_OPS if c) + 1
+# request overhead outside layers (preprocess + postprocess + annotations + 3 python frames +
+# 2 instants)
+_FIXED_EVENTS = 29
 
 
 def _header(rank: int, world: int) -> str:

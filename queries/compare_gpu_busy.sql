@@ -1,33 +1,40 @@
 -- name: compare_gpu_busy
--- returns: one row per trace: trace_id, span_ms, devices, busy_ms, requests, request_ms
--- Per trace: its span (traces.duration_ns), the GPU devices with activity, GPU busy time
--- (per device the length of the union of kernel/memcpy/memset intervals, streams overlap;
--- summed over devices), and the request count and summed request wall time.
-WITH g AS (
-    SELECT trace_id, coalesce(device, -1) AS device, start_ns AS a, end_ns AS b
+-- returns: one row per trace: trace_id, format, span_ms, devices, busy_ms, requests, request_ms, kernels, cpu_ops, gpu_names
+-- Per trace: its source format, span (traces.duration_ns), the GPU devices with activity, GPU
+-- busy time (per device the length of the union of its kernel/memcpy/memset intervals, streams
+-- overlap; summed over devices: device-time, the definition of gpu_devices and gpu_utilization;
+-- per device: gpu_busy_by_device), the request count and summed request wall time ('window'
+-- requests, a trace's whole span, are not counted), how many kernels and CPU ops it holds (diff
+-- and check pick, per figure, the view of a run that has them), and the GPU model names the
+-- trace records (traces.devices; '' when none).
+WITH iv AS (
+    SELECT {'trace_id': trace_id, 'device': coalesce(device, -1)} AS key, start_ns, end_ns
     FROM events
-    WHERE kind IN ('kernel', 'memcpy', 'memset') AND end_ns > start_ns
-), ordered AS (
-    SELECT *, max(b) OVER (PARTITION BY trace_id, device ORDER BY a, b
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM g
-), per_device AS (  -- union length = span minus the gaps where an interval starts after all before
-    SELECT trace_id, device,
-           max(b) - min(a) - coalesce(sum(a - prev_end) FILTER (WHERE a > prev_end), 0) AS ns
-    FROM ordered GROUP BY trace_id, device
-), busy AS (
-    SELECT trace_id, count(*) AS devices, sum(ns) AS busy_ns FROM per_device GROUP BY trace_id
+    WHERE kind IN ('kernel', 'memcpy', 'memset')
+), busy AS (  -- tk_union_ns: per device the length of the union of its intervals
+    SELECT key.trace_id AS trace_id, count(*) AS devices, sum(union_ns) AS busy_ns
+    FROM tk_union_ns('iv') GROUP BY 1
 ), req AS (
     SELECT trace_id, count(*) AS requests, sum(dur_ns) AS request_ns
-    FROM requests GROUP BY trace_id
+    FROM requests WHERE source <> 'window' GROUP BY trace_id
+), kinds AS (
+    SELECT trace_id, count(*) FILTER (WHERE kind = 'kernel') AS kernels,
+           count(*) FILTER (WHERE kind = 'cpu_op') AS cpu_ops
+    FROM events GROUP BY trace_id
 )
-SELECT t.trace_id,
+SELECT t.trace_id, t.format,
        coalesce(t.duration_ns, 0) / 1e6 AS span_ms,
        coalesce(b.devices, 0) AS devices,
        coalesce(b.busy_ns, 0) / 1e6 AS busy_ms,
        coalesce(r.requests, 0) AS requests,
-       coalesce(r.request_ns, 0) / 1e6 AS request_ms
+       coalesce(r.request_ns, 0) / 1e6 AS request_ms,
+       coalesce(k.kernels, 0) AS kernels,
+       coalesce(k.cpu_ops, 0) AS cpu_ops,
+       coalesce((SELECT string_agg(DISTINCT d->>'name', ', ' ORDER BY d->>'name')
+                 FROM (SELECT unnest(CAST(t.devices AS JSON[])) AS d)
+                 WHERE d->>'name' IS NOT NULL), '') AS gpu_names
 FROM traces t
 LEFT JOIN busy b USING (trace_id)
 LEFT JOIN req r USING (trace_id)
+LEFT JOIN kinds k USING (trace_id)
 ORDER BY t.trace_id;

@@ -3,35 +3,10 @@
 -- Latency per stage across requests, over every trace in the store, for tracekit diff/check.
 -- Percentiles interpolate linearly (quantile_cont). `end_to_end` is the request duration,
 -- `unattributed` the part of a request no stage covers; share = stage total / end_to_end
--- total. The samples are those of compare_stage_samples (one per request and stage).
+-- total. The samples are those of compare_stage_samples (one per request and stage; 'window'
+-- requests are left out).
 WITH samples AS (
-    WITH st AS (
-        SELECT s.trace_id, s.request_id, s.stage, s.dur_ns,
-               greatest(s.start_ns, r.start_ns) AS a, least(s.end_ns, r.end_ns) AS b
-        FROM stages s JOIN requests r USING (trace_id, request_id)
-    ), ordered AS (
-        SELECT trace_id, request_id, a, b,
-               max(b) OVER (PARTITION BY trace_id, request_id ORDER BY a, b
-                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-        FROM st WHERE b > a
-    ), islands AS (
-        SELECT *, sum(CASE WHEN prev_end IS NULL OR a > prev_end THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY trace_id, request_id ORDER BY a, b
-                            ROWS UNBOUNDED PRECEDING) AS grp
-        FROM ordered
-    ), covered AS (
-        SELECT trace_id, request_id, sum(e - s)::BIGINT AS covered_ns
-        FROM (SELECT trace_id, request_id, grp, min(a) AS s, max(b) AS e
-              FROM islands GROUP BY trace_id, request_id, grp)
-        GROUP BY trace_id, request_id
-    )
-    SELECT trace_id, request_id, stage, sum(dur_ns)::BIGINT AS dur_ns
-    FROM st GROUP BY trace_id, request_id, stage
-    UNION ALL
-    SELECT trace_id, request_id, 'end_to_end', dur_ns FROM requests
-    UNION ALL
-    SELECT r.trace_id, r.request_id, 'unattributed', r.dur_ns - coalesce(c.covered_ns, 0)
-    FROM requests r LEFT JOIN covered c USING (trace_id, request_id)
+    FROM tk_stage_samples()
 )
 SELECT stage,
        count(*) AS count,
@@ -41,7 +16,7 @@ SELECT stage,
        avg(dur_ns) / 1e6 AS mean_ms,
        max(dur_ns) / 1e6 AS max_ms,
        sum(dur_ns) / 1e6 AS total_ms,
-       sum(dur_ns) / nullif((SELECT sum(dur_ns) FROM requests), 0) AS share
+       sum(dur_ns) / nullif((SELECT sum(dur_ns) FROM samples WHERE stage = 'end_to_end'), 0) AS share
 FROM samples
 GROUP BY stage
 ORDER BY CASE stage WHEN 'end_to_end' THEN 0 WHEN 'unattributed' THEN 2 ELSE 1 END, stage;

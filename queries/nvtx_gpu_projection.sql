@@ -11,7 +11,7 @@
 -- projected children, range_stack the enclosing event_ids. Outer levels include inner levels'
 -- ops: never sum proj_dur_ns across levels.
 WITH rg AS NOT MATERIALIZED (
-    -- Interval keys: (thread, time) packed into one HUGEINT, thread first, so "contains, on
+    -- Interval keys: (thread, time) packed into one 128-bit integer, thread first, so "contains, on
     -- the same thread" is two inequalities, which DuckDB answers with an inequality join
     -- instead of a per-thread cross product. pid and tid must fit in 32 bits, times in 62; a
     -- NULL pid or tid gives a NULL key, which joins nothing.

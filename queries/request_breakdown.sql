@@ -4,8 +4,8 @@
 -- default: $trace_id 1
 -- Each request's host time split by stage (stage totals per request), with 'unattributed' =
 -- request duration minus the union of its stages' intervals clipped to the request. gpu_busy_ms
--- = length of the union of GPU intervals (kernel/memcpy/memset) attributed to the request
--- (launched from inside it), never a plain sum.
+-- = per device the length of the union of GPU intervals (kernel/memcpy/memset) attributed to
+-- the request (launched from inside it), summed over devices; never a plain sum.
 WITH rq AS (
     SELECT * FROM requests WHERE trace_id = $trace_id
 ), st AS (
@@ -25,29 +25,24 @@ WITH rq AS (
            '{' || string_agg(to_json(stage)::VARCHAR || ':' || to_json(ns / 1e6)::VARCHAR, ','
                              ORDER BY first_ns, stage) || '}' AS stages_json
     FROM per_stage GROUP BY request_id
-), flagged AS (
-    SELECT request_id, s0, s1,
-           max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
-                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_s1
-    FROM st WHERE s1 > s0
-), covered AS (  -- union length = span minus the gaps where an interval starts after all before
-    SELECT request_id,
-           max(s1) - min(s0) - coalesce(sum(s0 - prev_s1) FILTER (WHERE s0 > prev_s1), 0) AS ns
-    FROM flagged GROUP BY request_id
+), stage_iv AS (
+    SELECT request_id AS key, s0 AS start_ns, s1 AS end_ns FROM st
+), covered AS (  -- union length of the request's stages (tk_union_ns)
+    SELECT key AS request_id, union_ns AS ns FROM tk_union_ns('stage_iv')
 ), gpu AS (
-    SELECT request_id, start_ns, end_ns,
-           max(end_ns) OVER (PARTITION BY request_id ORDER BY start_ns, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    SELECT {'request_id': request_id, 'device': coalesce(device, -1)} AS key, start_ns, end_ns
     FROM events
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
       AND request_id IS NOT NULL
-), gpu_req AS (  -- the same union length (one window: no island numbering pass)
-    SELECT request_id,
-           max(end_ns) - min(start_ns)
-               - coalesce(sum(start_ns - prev_end) FILTER (WHERE start_ns > prev_end), 0)
-               AS busy_ns,
-           count(*) AS n
-    FROM gpu GROUP BY request_id
+), gpu_n AS (
+    SELECT request_id, count(*) AS n FROM events
+    WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
+      AND request_id IS NOT NULL
+    GROUP BY request_id
+), gpu_req AS (  -- per device the union length (tk_union_ns), summed over devices
+    SELECT n.request_id, coalesce(sum(u.union_ns), 0) AS busy_ns, any_value(n.n) AS n
+    FROM gpu_n n LEFT JOIN tk_union_ns('gpu') u ON u.key.request_id = n.request_id
+    GROUP BY n.request_id
 )
 SELECT $trace_id::INTEGER AS trace_id, r.request_id,
        (r.start_ns - t.start_ns) / 1e6 AS start_ms,

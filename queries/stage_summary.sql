@@ -1,5 +1,5 @@
 -- name: stage_summary
--- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events
+-- returns: one row per stage, then 'unattributed', then 'end_to_end': trace_id, row_kind ('stage' | 'unattributed' | 'end_to_end'), stage, source (where the stage came from: annotated, rule, inferred:<how> depth N), count, instances, total_ms, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share, gpu_busy_ms, gpu_span_ms, gpu_events, parent, share_of_parent
 -- param: $trace_id INTEGER trace to summarize
 -- default: $trace_id 1
 -- Host time per stage, with statistics across requests of each request's stage total (a stage
@@ -7,15 +7,30 @@
 -- interpolation). share = total / end-to-end time (sum of request durations; the trace span
 -- when there are no requests). 'unattributed' = request time no stage covers (request duration
 -- minus the union of its stages' intervals, clipped to the request). GPU time projected onto
--- a stage: busy = length of the union of the intervals of kernels/memcpys/memsets attributed to
--- the stage (streams overlap: never a plain sum); span = first GPU start to last GPU end.
+-- a stage: busy = per device the length of the union of the intervals of kernels/memcpys/memsets
+-- attributed to the stage (streams overlap: never a plain sum), summed over devices; span =
+-- first GPU start to last GPU end. (Zero-length GPU rows count in gpu_events only.)
+-- Nested stages (tokenize inside preprocess): parent = the stage whose ranges enclose every
+-- range of this one (innermost, same thread); NULL for a top-level stage. Shares of the
+-- top-level stages and unattributed sum to 100%; a child's share_of_parent = its total / the
+-- parent's. Children are listed right after their parent.
 WITH st AS (
     SELECT * FROM stages WHERE trace_id = $trace_id
 ), rq AS (
     SELECT * FROM requests WHERE trace_id = $trace_id
+), enc AS (  -- each range's innermost enclosing range of another stage, same thread
+    SELECT c.event_id, c.stage, arg_min(p.stage, p.dur_ns) AS parent
+    FROM st c LEFT JOIN st p
+      ON p.tid = c.tid AND p.pid IS NOT DISTINCT FROM c.pid AND p.stage <> c.stage
+     AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
+     AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
+    GROUP BY c.event_id, c.stage
+), parents AS (
+    SELECT stage, CASE WHEN count(parent) = count(*) THEN mode(parent) END AS parent
+    FROM enc GROUP BY stage
 ), per_unit AS (
     SELECT stage, coalesce(request_id, -event_id) AS unit, sum(dur_ns) AS ns,
-           count(*) AS n, min(start_ns) AS first_start
+           count(*) AS n, min(start_ns) AS first_start, min(source) AS source
     FROM st GROUP BY stage, coalesce(request_id, -event_id)
 ), e2e AS (
     SELECT coalesce((SELECT sum(dur_ns) FROM rq),
@@ -24,50 +39,38 @@ WITH st AS (
     SELECT s.request_id, greatest(s.start_ns, r.start_ns) AS s0, least(s.end_ns, r.end_ns) AS s1
     FROM st s JOIN rq r USING (request_id)
     WHERE least(s.end_ns, r.end_ns) > greatest(s.start_ns, r.start_ns)
-), flagged AS (
-    SELECT request_id, s0, s1,
-           max(s1) OVER (PARTITION BY request_id ORDER BY s0, s1
-                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_s1
-    FROM clipped
-), covered AS (  -- union length = span minus the gaps where an interval starts after all before
-    SELECT request_id,
-           max(s1) - min(s0) - coalesce(sum(s0 - prev_s1) FILTER (WHERE s0 > prev_s1), 0) AS ns
-    FROM flagged GROUP BY request_id
+), stage_iv AS (
+    SELECT request_id AS key, s0 AS start_ns, s1 AS end_ns FROM clipped
+), covered AS (  -- union length of the request's stages (tk_union_ns)
+    SELECT key AS request_id, union_ns AS ns FROM tk_union_ns('stage_iv')
 ), unattributed AS (
     SELECT r.request_id AS unit, r.dur_ns - coalesce(c.ns, 0) AS ns
     FROM rq r LEFT JOIN covered c USING (request_id)
 ), gpu AS (
-    SELECT stage, start_ns, end_ns FROM events
+    SELECT {'stage': stage, 'device': coalesce(device, -1)} AS key, start_ns, end_ns FROM events
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset') AND stage IS NOT NULL
-), gpu_flag AS (
-    SELECT stage, start_ns, end_ns,
-           max(end_ns) OVER (PARTITION BY stage ORDER BY start_ns, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM gpu
-), gpu_stage AS (  -- the same union length, per stage
-    SELECT stage,
-           max(end_ns) - min(start_ns)
-               - coalesce(sum(start_ns - prev_end) FILTER (WHERE start_ns > prev_end), 0)
-               AS busy_ns,
-           min(start_ns) AS first_ns, max(end_ns) AS last_ns, count(*) AS n
-    FROM gpu_flag GROUP BY stage
+), gpu_stage AS (  -- per device the union length (tk_union_ns), summed over devices
+    SELECT key.stage AS stage, sum(union_ns) AS busy_ns, min(first_ns) AS first_ns,
+           max(last_ns) AS last_ns, sum(n) AS n
+    FROM tk_union_ns('gpu') GROUP BY 1
 ), rows_ AS (
-    SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(first_start) AS first_start,
+    SELECT 'stage' AS row_kind, 0 AS kind_order, stage, min(source) AS source,
+           min(first_start) AS first_start,
            count(*) AS count, sum(n) AS instances, sum(ns) AS total_ns, avg(ns) AS mean_ns,
            quantile_cont(ns, 0.5) AS p50, quantile_cont(ns, 0.9) AS p90,
            quantile_cont(ns, 0.99) AS p99, max(ns) AS max_ns
     FROM per_unit GROUP BY stage
     UNION ALL
-    SELECT 'unattributed', 1, 'unattributed', NULL, count(*), count(*), sum(ns), avg(ns),
+    SELECT 'unattributed', 1, 'unattributed', NULL, NULL, count(*), count(*), sum(ns), avg(ns),
            quantile_cont(ns, 0.5), quantile_cont(ns, 0.9), quantile_cont(ns, 0.99), max(ns)
     FROM unattributed HAVING count(*) > 0
     UNION ALL
-    SELECT 'end_to_end', 2, 'end_to_end', NULL, count(*), count(*), sum(dur_ns), avg(dur_ns),
+    SELECT 'end_to_end', 2, 'end_to_end', NULL, NULL, count(*), count(*), sum(dur_ns), avg(dur_ns),
            quantile_cont(dur_ns, 0.5), quantile_cont(dur_ns, 0.9), quantile_cont(dur_ns, 0.99),
            max(dur_ns)
     FROM rq HAVING count(*) > 0
 )
-SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.count::BIGINT AS count,
+SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.source, r.count::BIGINT AS count,
        r.instances::BIGINT AS instances,
        r.total_ns / 1e6 AS total_ms, r.mean_ns / 1e6 AS mean_ms, r.p50 / 1e6 AS p50_ms,
        r.p90 / 1e6 AS p90_ms, r.p99 / 1e6 AS p99_ms, r.max_ns / 1e6 AS max_ms,
@@ -75,7 +78,12 @@ SELECT $trace_id::INTEGER AS trace_id, r.row_kind, r.stage, r.count::BIGINT AS c
        CASE WHEN r.row_kind = 'stage' THEN coalesce(g.busy_ns, 0) / 1e6 END AS gpu_busy_ms,
        CASE WHEN r.row_kind = 'stage' THEN coalesce(g.last_ns - g.first_ns, 0) / 1e6 END
            AS gpu_span_ms,
-       CASE WHEN r.row_kind = 'stage' THEN coalesce(g.n, 0)::BIGINT END AS gpu_events
+       CASE WHEN r.row_kind = 'stage' THEN coalesce(g.n, 0)::BIGINT END AS gpu_events,
+       pa.parent,
+       CASE WHEN pr.total_ns > 0 THEN r.total_ns / pr.total_ns END AS share_of_parent
 FROM rows_ r CROSS JOIN e2e
 LEFT JOIN gpu_stage g ON r.row_kind = 'stage' AND g.stage = r.stage
-ORDER BY r.kind_order, r.first_start NULLS LAST, r.stage;
+LEFT JOIN parents pa ON r.row_kind = 'stage' AND pa.stage = r.stage
+LEFT JOIN rows_ pr ON pr.row_kind = 'stage' AND pr.stage = pa.parent
+ORDER BY r.kind_order, coalesce(pr.first_start, r.first_start) NULLS LAST,
+         coalesce(pa.parent, r.stage), pa.parent NULLS FIRST, r.first_start, r.stage;

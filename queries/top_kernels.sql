@@ -1,5 +1,5 @@
 -- name: top_kernels
--- returns: per stage, the top $limit kernels by GPU time: trace_id, stage ('(no stage)' for kernels no stage launched), rank, name, launched_by (the host op that launched it most often), launch_ops (distinct launching ops), count, total_ms, mean_ms, p50_ms, p99_ms, max_ms, share_of_stage_gpu, coverage
+-- returns: per stage, the top $limit kernels by GPU time: trace_id, stage ('(no stage)' for kernels no stage launched), rank, name, launched_by (the host op that launched it most often; a tie goes to the smallest name), launch_ops (distinct launching ops), count, total_ms, mean_ms, p50_ms, p99_ms, max_ms, share_of_stage_gpu, coverage
 -- param: $trace_id INTEGER trace to rank kernels in
 -- param: $limit INTEGER kernels kept per stage
 -- default: $trace_id 1
@@ -55,12 +55,25 @@ WITH k AS (
     SELECT kp.*, coalesce(l.op, x.op) AS op
     FROM kp LEFT JOIN op_of_parent l ON l.id = kp.launch_parent
     LEFT JOIN op_of_ext x ON x.external_id = kp.external_id
-), agg AS (
-    SELECT coalesce(stage, '(no stage)') AS stage, name, mode(op) AS launched_by,
+), per_kernel AS (
+    SELECT coalesce(stage, '(no stage)') AS stage, name,
            count(DISTINCT op) AS launch_ops, count(*) AS n, sum(dur_ns) AS total_ns,
            avg(dur_ns) AS mean_ns, quantile_cont(dur_ns, 0.5) AS p50,
            quantile_cont(dur_ns, 0.99) AS p99, max(dur_ns) AS max_ns
     FROM kk GROUP BY ALL
+), op_n AS (  -- launches per (stage, kernel, op)
+    SELECT coalesce(stage, '(no stage)') AS stage, name, op, count(*) AS n
+    FROM kk WHERE op IS NOT NULL GROUP BY ALL
+), top_op AS (  -- launched_by: the most frequent op, a tie to the smallest name (not mode():
+                -- DuckDB and Spark break its ties differently)
+    SELECT stage, name, op FROM (
+        SELECT *, row_number() OVER (PARTITION BY stage, name ORDER BY n DESC, op) AS r
+        FROM op_n
+    ) WHERE r = 1
+), agg AS (
+    SELECT k.*, t.op AS launched_by
+    FROM per_kernel k
+    LEFT JOIN top_op t ON t.stage = k.stage AND t.name IS NOT DISTINCT FROM k.name
 ), cov AS (
     SELECT coalesce(sum(dur_ns) FILTER (WHERE stage IS NOT NULL), 0) / nullif(sum(dur_ns), 0)
            AS coverage

@@ -1,5 +1,5 @@
 -- name: top_ops
--- returns: per stage, the top $limit host ops by self time: trace_id, stage ('(no stage)' for ops outside every stage), rank, name, kind, calls, self_ms, total_ms, mean_ms, share_of_stage, share_of_ops, stage_ms, stage_ops_self_ms
+-- returns: per stage, the top $limit host ops by self time: trace_id, stage ('(no stage)' for ops outside every stage), rank, name, kind, calls, self_ms, total_ms, mean_ms, share_of_stage, share_of_ops, stage_ms, stage_ops_self_ms, via
 -- param: $trace_id INTEGER trace to rank ops in
 -- param: $limit INTEGER ops kept per stage
 -- default: $trace_id 1
@@ -9,8 +9,9 @@
 -- direct children). total_ms counts only outermost occurrences of a name on a thread, so
 -- recursion (aten::to inside aten::to) is not counted twice. share_of_stage = self time /
 -- the stage's host time (sum of its range durations); share_of_ops = self time / all ops' self
--- time in the stage.
-WITH has_ops AS (
+-- time in the stage. A parent stage keeps its nested stages' ops (attention inside
+-- inference): those rows name the child stage in `via` (NULL for the stage's own ops).
+WITH RECURSIVE has_ops AS (
     SELECT count(*) > 0 AS yes FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
 ), ops AS (
     SELECT e.* FROM events e, has_ops
@@ -23,16 +24,39 @@ WITH has_ops AS (
                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
                        >= end_ns, false) AS nested_in_same_name
     FROM ops
+), st AS (
+    SELECT * FROM stages WHERE trace_id = $trace_id
+), enc AS (  -- stage nesting, as in stage_summary.sql
+    SELECT c.event_id, c.stage, arg_min(p.stage, p.dur_ns) AS parent
+    FROM st c LEFT JOIN st p
+      ON p.tid = c.tid AND p.pid IS NOT DISTINCT FROM c.pid AND p.stage <> c.stage
+     AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
+     AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
+    GROUP BY c.event_id, c.stage
+), parents AS (
+    SELECT stage, CASE WHEN count(parent) = count(*) THEN mode(parent) END AS parent
+    FROM enc GROUP BY stage
+), anc AS (  -- (stage, ancestor, via: the ancestor's child on the way), at most 8 levels
+    SELECT stage, parent AS ancestor, stage AS via, 1 AS lvl FROM parents WHERE parent IS NOT NULL
+    UNION ALL
+    SELECT a.stage, p.parent, a.ancestor, a.lvl + 1
+    FROM anc a JOIN parents p ON p.stage = a.ancestor
+    WHERE p.parent IS NOT NULL AND a.lvl < 8
+), placed AS (
+    SELECT m.*, coalesce(m.stage, '(no stage)') AS st_name, NULL::VARCHAR AS via FROM marked m
+    UNION ALL
+    SELECT m.*, a.ancestor, a.via FROM marked m JOIN anc a ON a.stage = m.stage
 ), agg AS (
-    SELECT coalesce(stage, '(no stage)') AS stage, name, min(kind) AS kind, count(*) AS calls,
+    SELECT st_name AS stage, name, via, min(kind) AS kind, count(*) AS calls,
            sum(self_ns) AS self_ns,
            sum(dur_ns) FILTER (WHERE NOT nested_in_same_name) AS total_ns
-    FROM marked GROUP BY ALL
+    FROM placed GROUP BY st_name, name, via
 ), stage_host AS (
     SELECT stage, sum(dur_ns) AS ns FROM stages WHERE trace_id = $trace_id GROUP BY stage
 ), ranked AS (
     SELECT a.*, sum(a.self_ns) OVER (PARTITION BY a.stage) AS stage_ops_self_ns,
-           row_number() OVER (PARTITION BY a.stage ORDER BY a.self_ns DESC, a.name) AS rank
+           row_number() OVER (PARTITION BY a.stage ORDER BY a.self_ns DESC, a.name,
+                                                   a.via NULLS FIRST) AS rank
     FROM agg a
 )
 SELECT $trace_id::INTEGER AS trace_id, r.stage, r.rank, r.name, r.kind, r.calls,
@@ -40,7 +64,7 @@ SELECT $trace_id::INTEGER AS trace_id, r.stage, r.rank, r.name, r.kind, r.calls,
        r.self_ns / 1e6 / r.calls AS mean_ms,
        CASE WHEN h.ns > 0 THEN r.self_ns / h.ns END AS share_of_stage,
        CASE WHEN r.stage_ops_self_ns > 0 THEN r.self_ns / r.stage_ops_self_ns END AS share_of_ops,
-       h.ns / 1e6 AS stage_ms, r.stage_ops_self_ns / 1e6 AS stage_ops_self_ms
+       h.ns / 1e6 AS stage_ms, r.stage_ops_self_ns / 1e6 AS stage_ops_self_ms, r.via
 FROM ranked r LEFT JOIN stage_host h USING (stage)
 WHERE r.rank <= $limit
 ORDER BY r.stage = '(no stage)', r.stage, r.rank;

@@ -3,7 +3,8 @@
 -- param: $trace_id INTEGER trace to describe
 -- default: $trace_id 1
 -- What the trace is: its source and tool, its span (first event start to last end), how many
--- events, requests and stage ranges it holds, and the GPUs it names.
+-- events, requests and stage ranges it holds, and the GPUs it names ('GPU <id>' for a device
+-- the trace records without a name).
 SELECT t.trace_id, regexp_extract(t.path, '[^/\\]+$') AS file, t.format, t.tool_version,
        t.host, t.rank, t.duration_ns / 1e6 AS span_ms,
        (SELECT count(*) FROM events WHERE trace_id = t.trace_id) AS events,
@@ -19,7 +20,8 @@ SELECT t.trace_id, regexp_extract(t.path, '[^/\\]+$') AS file, t.format, t.tool_
        (SELECT count(*) FROM events
          WHERE trace_id = t.trace_id AND kind IN ('kernel', 'memcpy', 'memset')) AS gpu_events,
        coalesce(json_array_length(t.devices), 0) AS devices,
-       (SELECT string_agg(DISTINCT d->>'name', ', ' ORDER BY d->>'name')
+       (SELECT string_agg(DISTINCT coalesce(d->>'name', 'GPU ' || (d->>'id')), ', '
+                           ORDER BY coalesce(d->>'name', 'GPU ' || (d->>'id')))
           FROM (SELECT unnest(CAST(t.devices AS JSON[])) AS d)) AS device_names,
        t.skipped_count
 FROM traces t

@@ -116,3 +116,42 @@ def test_stage_and_request_of_each_event_match_python_pass(seed: int, tmp_path: 
         assert (row[4], row[5]) == (stage, request), (cat, name, start)
         nested_after_inner += stage is not None and cat == "cpu_op"
     assert nested_after_inner > 50
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stage_rules_keep_the_outermost_hits_like_a_python_pass(seed: int, tmp_path: Path) -> None:
+    """`--stage NAME=REGEX` stages: every host op/range whose name matches, less those that
+    another hit of the same stage on the same thread contains (of equal intervals, the first
+    in the file stays) - nested, tangled, shared starts and ends, identical intervals."""
+    import re
+
+    from tracekit.stages import parse_rule
+
+    rng = random.Random(seed)
+    names = ("pre_tokenize", "pre_pad", "infer_forward", "infer_layer", "post_decode", "other")
+    events = []
+    for _ in range(400):
+        tid = rng.choice((1, 2, 3))
+        ts = rng.randint(0, 300)
+        dur = rng.choice((0, 1, 5, 20, 60))
+        cat = rng.choice(("cpu_op", "cpu_op", "user_annotation", "python_function"))
+        events.append(_x(cat, rng.choice(names), tid, ts, dur))
+        if rng.random() < 0.1:  # the same interval again, later in the file
+            events.append(dict(events[-1]))
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    rules = [parse_rule("preprocess=^pre_"), parse_rule("inference=infer"),
+             parse_rule("postprocess=decode$")]  # fmt: skip
+    hits = [(rule.stage, e["tid"], e["ts"], e["ts"] + e["dur"], i)
+            for i, e in enumerate(events, 1) for rule in rules
+            if re.search(rule.pattern, e["name"])]  # fmt: skip
+
+    def contained(h: tuple[str, int, int, int, int]) -> bool:
+        return any(o[:2] == h[:2] and o[4] != h[4] and o[2] <= h[2] and o[3] >= h[3]
+                   and (o[2] < h[2] or o[3] > h[3] or o[4] < h[4]) for o in hits)  # fmt: skip
+
+    expected = sorted((h[0], h[4]) for h in hits if not contained(h))
+    with tracekit.open(path, stage_rules=rules) as t:
+        got = t.sql("SELECT stage, event_id FROM stages ORDER BY stage, event_id").rows()
+    assert got == expected
+    assert len(expected) > 30 and len(expected) < len(hits)

@@ -288,8 +288,9 @@ sidecar_line = st.one_of(
 @pytest.mark.skipif(not SMALL_KINETO, reason="no shared Kineto trace")
 @examples(8)
 @given(manifest=capture_json, lines=st.lists(sidecar_line, max_size=5))
-def test_malformed_sidecars_never_break_sql(tmp_path_factory: pytest.TempPathFactory,
-                                            manifest: bytes, lines: list[bytes]) -> None:  # fmt: skip
+def test_malformed_sidecars_never_break_sql(
+    tmp_path_factory: pytest.TempPathFactory, manifest: bytes, lines: list[bytes]
+) -> None:
     root = tmp_path_factory.mktemp("run")
     trace = root / "t.json"
     trace.write_bytes(gzip.decompress(SMALL_KINETO[0].read_bytes()))
@@ -305,8 +306,11 @@ def test_malformed_sidecars_never_break_sql(tmp_path_factory: pytest.TempPathFac
     assert tree(root) == before
 
 
-@pytest.mark.parametrize("budget", ["x<=nan", "inference.p99_ms<=nan", "inference.p99_ms<=inf",
-                                    "inference.p99_ms<=-inf", "inference.p99_ms<=1e400"])  # fmt: skip
+_NOT_FINITE = ["x<=nan", "inference.p99_ms<=nan", "inference.p99_ms<=inf",
+               "inference.p99_ms<=-inf", "inference.p99_ms<=1e400"]  # fmt: skip
+
+
+@pytest.mark.parametrize("budget", _NOT_FINITE)
 def test_budget_not_finite(budget: str, tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
     trace.write_text('{"traceEvents": []}')

@@ -12,6 +12,7 @@ import pytest
 import tracekit
 from tests.conftest import shared_params
 from tests.kineto_oracle import complete_event_stats
+from tracekit.ingest.formats import by_name
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_*.json.gz"))
@@ -57,11 +58,11 @@ def test_second_open_reuses_cache(tmp_path: Path) -> None:
     with tracekit.open(trace) as t:
         assert t.ingests[0].reused is False
     cache = t.ingests[0].store
-    mtime = cache.stat().st_mtime_ns
+    inode = cache.stat().st_ino  # a rebuild renames a new file into place
     with tracekit.open(trace) as t:
         assert t.ingests[0].reused is True
         assert t.sql("SELECT count(*) AS n FROM events")["n"][0] == 10
-    assert cache.stat().st_mtime_ns == mtime
+    assert cache.stat().st_ino == inode  # (its mtime moves: reuse marks it recently used)
     # Touching the source invalidates the cache.
     trace.write_text(json.dumps({"traceEvents": events[:5]}))
     with tracekit.open(trace) as t:
@@ -269,16 +270,25 @@ def test_build_memory_limit_follows_the_json_size(tmp_path: Path, monkeypatch) -
     big = tmp_path / "big.json"
     with open(big, "wb") as f:
         f.truncate(1_000_000_000)  # sparse: only the size is read
-    assert store._memory_limit(big, "kineto") == ("450000000B", True)
+    assert store._memory_limit(big, by_name("kineto")) == ("450000000B", True)
     small = tmp_path / "small.json.gz"
     small.write_bytes(gzip.compress(b'{"traceEvents": []}' + b" " * 10_000))
     assert json_scan.document_size(small) == 10_019  # the gzip trailer's size
-    assert store._memory_limit(small, "kineto") == (f"{128 * 1024**2}B", True)  # the floor
-    assert store._memory_limit(big, "nsys") == ("2000000000B", True)  # 2x the file, capped
-    assert store._memory_limit(small, "nsys") == (f"{512 * 1024**2}B", True)  # the floor
-    assert store._memory_limit(big, "nsys-rep") == ("2GB", False)
+    assert store._memory_limit(small, by_name("kineto")) == (
+        f"{128 * 1024**2}B",
+        True,
+    )  # the floor
+    assert store._memory_limit(big, by_name("nsys")) == (
+        "2000000000B",
+        True,
+    )  # 2x the file, capped
+    assert store._memory_limit(small, by_name("nsys")) == (
+        f"{512 * 1024**2}B",
+        True,
+    )  # the floor
+    assert store._memory_limit(big, by_name("nsys-rep")) == ("2GB", False)
     monkeypatch.setenv(store.MEMORY_ENV, "3GB")
-    assert store._memory_limit(big, "kineto") == ("3GB", False)
+    assert store._memory_limit(big, by_name("kineto")) == ("3GB", False)
 
 
 def test_build_retries_with_the_default_limit_when_the_derived_one_is_too_tight(

@@ -68,8 +68,11 @@ def test_every_query_runs_on_synthetic(synth: Path) -> None:
         "trace_overview",
         "stage_attributes",
     }
+    # rows only with attributes / call facts / Python events, which the synthetic trace lacks
+    # (tests/test_hf_service.py runs them on a real capture)
+    empty_here = {"stage_attributes", "padding_waste", "python_functions"}
     for name, rows in res.items():
-        if name != "stage_attributes":
+        if name not in empty_here:
             assert rows, name
 
 
@@ -303,6 +306,17 @@ def test_top_kernels_launched_by_matches_python_pass(trace, synth: Path, copy_tr
     want = _launching_ops(path)
     with tracekit.open(path) as t:
         rows = t.query("top_kernels", limit=10**6).to_dicts()
+        inferred = t.sql("SELECT count(*) AS n FROM stages WHERE source LIKE 'inferred:%'")
+    if inferred["n"][0]:  # no tracekit stages, so tracekit inferred some: check per kernel
+        assert {s for s, _ in want} == {"(no stage)"}
+        counts: Counter = Counter()
+        for r in rows:
+            counts[r["name"]] += r["count"]
+            ops = {op for op in want[("(no stage)", r["name"])] if op is not None}
+            assert r["launched_by"] in ops | {None}  # None: no op launched this stage's ones
+            assert r["launch_ops"] <= len(ops)
+        assert counts == Counter({n: sum(ops.values()) for (_, n), ops in want.items()})
+        return
     assert {(r["stage"], r["name"]) for r in rows} == set(want)
     for r in rows:
         ops = want[(r["stage"], r["name"])]
@@ -310,4 +324,5 @@ def test_top_kernels_launched_by_matches_python_pass(trace, synth: Path, copy_tr
         named = {op: n for op, n in ops.items() if op is not None}
         assert r["launch_ops"] == len(named)
         top = max(named.values(), default=0)
-        assert r["launched_by"] in ({op for op, n in named.items() if n == top} or {None})
+        tied = sorted(op for op, n in named.items() if n == top)
+        assert r["launched_by"] == (tied[0] if tied else None)  # a tie: the smallest name

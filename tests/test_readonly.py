@@ -95,7 +95,11 @@ def test_query_param_injection_is_rejected(store: Path):
 def test_query_events_by_kind(store: Path):
     code, out, err = run("query", "events_by_kind", str(store), "--format", "csv")
     assert code == 0, err
-    assert out.splitlines() == ["kind,events,total_ms", "cpu_op,2,0.007", "kernel,1,0.003"]
+    assert out.splitlines() == [
+        "trace_id,kind,events,total_ms",
+        "1,cpu_op,2,0.007",
+        "1,kernel,1,0.003",
+    ]
 
 
 def test_text_parameter_is_data(store: Path):

@@ -79,3 +79,13 @@ def test_query_catalogue_documents_every_query():
     assert set(sections) == set(queries)
     for name, q in queries.items():
         assert f"**Returns:** {q.returns}" in sections[name], name
+
+
+def test_queries_over_one_trace_return_its_trace_id() -> None:
+    """`tracekit query` concatenates such a query's rows over every trace: each row must say
+    which trace it is from."""
+    from tracekit.sql import all_queries
+
+    for q in all_queries().values():
+        if "trace_id" in {p.name for p in q.params}:
+            assert "trace_id" in q.returns, q.name

@@ -7,7 +7,8 @@ is the command's output (stdout and stderr, as a terminal shows them). An HTML c
 line before the fence tunes it: `<!-- readme: head=N -->` keeps the first N lines,
 `<!-- readme: loose -->` compares only the first line's shape (timing-ordered rows),
 `<!-- readme: exit=1 -->` expects that exit code (default 0).
-Shape: every number becomes 0, runs of blanks one blank, runs of dashes two dashes.
+Shape: every absolute path becomes /PATH, every number 0, runs of blanks one blank, runs
+of dashes two dashes.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def shape(text: str, loose: bool = False) -> list[str]:
     lines = text.strip("\n").splitlines()[:1] if loose else text.strip("\n").splitlines()
     out = []
     for line in lines:
+        line = re.sub(r"(?<![\w.])/[^\s:]+", "/PATH", line)  # absolute paths vary by machine
         line = re.sub(r"\d+(?:[.,]\d+)*", "0", line)
         line = re.sub(r"-{2,}", "--", line)
         out.append(re.sub(r"\s+", " ", line).strip())

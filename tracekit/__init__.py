@@ -7,6 +7,8 @@ with tracekit.open("trace.json.gz") as t:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
 from tracekit.annotate import request, stage  # noqa: E402
@@ -20,9 +22,27 @@ from tracekit.errors import (  # noqa: E402
     TracekitError,
 )
 from tracekit.stages import StageRule, parse_rule  # noqa: E402
-from tracekit.traceset import TraceSet, open_traces, write_store  # noqa: E402
 
-open = open_traces  # noqa: A001  (the public name users reach for: tracekit.open)
+if TYPE_CHECKING:
+    from tracekit.traceset import TraceSet, open_traces, write_store
+
+    open = open_traces  # noqa: A001  (the public name users reach for: tracekit.open)
+
+# Imported at first use (PEP 562): tracekit.traceset pulls in DuckDB, which `tracekit --help`
+# and `import tracekit` for tracekit.stage() in a user's script never need.
+_LAZY = {"TraceSet": "TraceSet", "open": "open_traces", "open_traces": "open_traces",
+         "write_store": "write_store"}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from tracekit import traceset
+
+        value = getattr(traceset, _LAZY[name])
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tracekit' has no attribute {name!r}")
+
 
 __all__ = [
     "CaptureFailed",

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["bind_profiler", "bound_profiler", "flush", "request", "stage"]
+__all__ = ["bind_profiler", "bound_profiler", "flush", "request", "set_warmup", "stage"]
 
 DOMAIN = "tracekit"
 PREFIX = "tracekit:"
@@ -72,6 +72,11 @@ class _State:
         self.step_lock = threading.Lock()
         self.ordinals: dict[tuple[int, str], int] = {}
         self.depth = threading.local()
+        # Warm-up (`set_warmup`): the first N outermost requests, and every range inside
+        # them, emit nothing; `on_warmup_done` runs at the exit of the last one.
+        self.warmup_left = 0
+        self.mute_depth = 0
+        self.on_warmup_done: Callable[[], None] | None = None
 
     def setup(self) -> None:
         self.ready = True
@@ -185,6 +190,25 @@ def bound_profiler() -> Any:
     return _S.profiler
 
 
+def set_warmup(n: int, on_done: Callable[[], None] | None = None) -> None:
+    """Mute the next `n` outermost requests (warm-up): they and every range opened inside them
+    emit nothing (no NVTX, no record_function, no sidecar line, no profiler step). `on_done`
+    runs at the exit of the last one (the capture runner starts its profiler there); at once
+    when `n` is 0."""
+    _S.warmup_left = max(n, 0)
+    _S.on_warmup_done = on_done
+    if n <= 0 and on_done is not None:
+        on_done()
+
+
+def warmup_left() -> int:
+    """Warm-up requests still to come (0 when none was asked for or all were seen)."""
+    return _S.warmup_left
+
+
+_MUTED = ("muted",)
+
+
 def _recording(prof: Any) -> bool | None:
     """Whether the bound profiler keeps what happens now (None: no profiler bound)."""
     if prof is None:
@@ -215,6 +239,10 @@ class _Range:
         s = _S
         if not s.ready:
             s.setup()
+        if s.mute_depth or (s.warmup_left and self.kind == REQUEST):
+            s.mute_depth += 1
+            self._stack.append((None, 0, self.attrs, _MUTED))
+            return self
         if self.sync:
             _synchronize()
         if s.nvtx_push is not None:
@@ -243,6 +271,14 @@ class _Range:
     def __exit__(self, *exc: object) -> None:
         s = _S
         handle, start, attrs, info = self._stack.pop()
+        if info is _MUTED:
+            s.mute_depth -= 1
+            if s.mute_depth == 0:
+                s.warmup_left -= 1
+                if s.warmup_left == 0 and s.on_warmup_done is not None:
+                    done, s.on_warmup_done = s.on_warmup_done, None
+                    done()
+            return
         if self.sync:
             _synchronize()
         end = _perf_ns() if info is not None else 0

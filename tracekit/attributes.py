@@ -98,7 +98,7 @@ def match_records(
     """Pair records with range events `(event_id, name, pid, tid, start_ns)`.
 
     Returns ([(record, event_id)], number of records left unmatched)."""
-    side_groups: dict[tuple[Thread, str], list[dict]] = defaultdict(list)
+    side_groups: dict[tuple[Thread, str], list[dict[str, Any]]] = defaultdict(list)
     side_first: dict[Thread, int] = {}
     for r in records:
         t = (r.get("pid"), r.get("tid"))

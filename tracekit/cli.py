@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -28,11 +30,57 @@ COMMANDS = (
 )
 
 
+# The first sentence of each command's help (all that a listing shows), so `tracekit --help`
+# lists the commands without importing them (tests/test_startup.py holds them equal).
+SUMMARIES = {
+    "ingest": (
+        "Load nsys SQLite exports, .nsys-rep files, Kineto/Chrome JSON traces or folders of "
+        "them into DuckDB stores."
+    ),
+    "sql": (
+        "Run SQL (DuckDB's dialect) over traces, run folders, stores or Parquet export folders."
+    ),
+    "query": "Run a named query from the catalogue (docs/queries.md) over traces or stores.",
+    "report": (
+        "Write a report: end-to-end latency split by stage, findings, top ops and kernels, GPU "
+        "busy/idle and copies, one section per trace (docs/report.md)."
+    ),
+    "capture": "Run CMD under nsys and/or torch.profiler and write traces + capture.json.",
+    "doctor": "Check that this machine can capture and read traces (exit 1 when a trap is found).",
+    "diff": (
+        "Compare a baseline with a candidate: a headline naming the changes that matter, stage "
+        "latency (p50/p90/p99/mean), throughput, GPU busy per device, and ops/kernels compared "
+        "per call, each change split into more calls and slower calls, per unit of work."
+    ),
+    "check": "Hold TRACE to latency budgets.",
+    "export": (
+        "Export traces or stores as Parquet (hive-partitioned by trace_id) for DuckDB, Spark "
+        "SQL or Trino (docs/export.md)."
+    ),
+    "scrub": (
+        "Write a shareable copy of an nsys SQLite export or a Kineto/Chrome JSON trace, without"
+        " environment variables, command lines or host names."
+    ),
+    "cache": "Show or trim the cache of stores built from traces (default: `list`).",
+}
+
+
 class TracekitGroup(click.Group):
-    """Loads subcommands lazily so `tracekit sql` never pays for importing torch."""
+    """Loads subcommands lazily so `tracekit sql` never pays for importing torch, and
+    `tracekit --help` for importing any of them."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if self._load(name) is not None]
+        return [name for name in COMMANDS
+                if importlib.util.find_spec(f"tracekit.commands.{name}") is not None]  # fmt: skip
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)
+        rows = [(name, click.Command(name, help=SUMMARIES[name]).get_short_help_str(limit))
+                for name in names]  # fmt: skip
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self._load(cmd_name) if cmd_name in COMMANDS else None
@@ -58,10 +106,17 @@ class TracekitGroup(click.Group):
             raise click.UsageError(f"no such command '{name}'.{hint}", ctx)
         return super().resolve_command(ctx, args)
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         """Usage errors too are one line on stderr (`Error: ...`, exit 2), not click's block."""
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
             if not standalone_mode:
                 raise

@@ -9,7 +9,7 @@ import duckdb
 
 from tracekit.ingest.common import STAGING_TABLE
 from tracekit.progress import NO_PROGRESS, Progress
-from tracekit.stages import StageRule
+from tracekit.stages import StageRule, split_depth
 
 
 def _events_ddl() -> str:
@@ -43,10 +43,17 @@ def derive(
     if not (staged and staged[0]):
         con.execute(f"ALTER TABLE events RENAME TO {STAGING_TABLE}")
         con.execute(_events_ddl())
+    from tracekit.categories import install
+
+    install(con)  # tk_op_name names inferred stages
+    rules, depth = split_depth(rules)
     con.execute("CREATE OR REPLACE TEMP TABLE _stage_rules (stage VARCHAR, pattern VARCHAR)")
+    con.execute("CREATE OR REPLACE TEMP TABLE _infer_opts (depth INTEGER)")
+    con.execute(f"INSERT INTO _infer_opts VALUES ({'NULL' if depth is None else int(depth)})")
     if rules:
-        con.executemany(
-            "INSERT INTO _stage_rules VALUES (?, ?)", [(r.stage, r.pattern) for r in rules]
+        con.execute(
+            "INSERT INTO _stage_rules SELECT unnest($stages), unnest($patterns)",
+            {"stages": [r.stage for r in rules], "patterns": [r.pattern for r in rules]},
         )
     steps = derive_steps()
     for k, (what, sql) in enumerate(steps, 1):
@@ -69,6 +76,10 @@ def derive(
         "_req_encl",
         "_derived",
         "_stage_rules",
+        "_infer_opts",
+        "_cand",
+        "_cand_depth",
+        "_cand_stats",
     ):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     for view in (
@@ -80,5 +91,10 @@ def derive(
         "_req_unplaced",
     ):
         con.execute(f"DROP VIEW IF EXISTS {view}")
-    for macro in ("tk_latest_start", "tk_ranked", "tk_enclosing", "tk_innermost_open"):
+    for macro in (
+        "tk_latest_start",
+        "tk_ranked",
+        "tk_enclosing",
+        "tk_innermost_open",
+    ):
         con.execute(f"DROP MACRO TABLE IF EXISTS {macro}")

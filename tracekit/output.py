@@ -8,9 +8,12 @@ import json
 import math
 import shutil
 from decimal import Decimal
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+from tracekit.traceset import Rows
+
+if TYPE_CHECKING:  # (table and JSON are written from plain rows: polars is for csv/parquet)
+    import polars as pl
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -27,12 +30,19 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def format_table(df: pl.DataFrame, width: int | None = None, max_rows: int = 200) -> str:
+def _rows(result: Rows | pl.DataFrame) -> Rows:
+    if isinstance(result, Rows):
+        return result
+    return Rows(result.columns, [t.is_numeric() for t in result.dtypes], result.rows())
+
+
+def format_table(result: Rows | pl.DataFrame, width: int | None = None,
+                 max_rows: int = 200) -> str:  # fmt: skip
     """A plain aligned table that fits `width` columns (long cells are cut with '…')."""
     width = width or shutil.get_terminal_size((120, 24)).columns
-    headers = df.columns
-    rows = [[_cell(v) for v in row] for row in df.head(max_rows).iter_rows()]
-    numeric = [dtype.is_numeric() for dtype in df.dtypes]
+    res = _rows(result)
+    headers, numeric, height = res.columns, res.numeric, len(res.rows)
+    rows = [[_cell(v) for v in row] for row in res.rows[:max_rows]]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     # Shrink the widest text columns until the table fits (never below 12 characters).
     # Numbers and their headers are never cut: a cut number is a wrong number.
@@ -53,9 +63,9 @@ def format_table(df: pl.DataFrame, width: int | None = None, max_rows: int = 200
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
         lines.append("  ".join(fit(c, widths[i], numeric[i]) for i, c in enumerate(r)).rstrip())
-    if df.height > max_rows:
-        lines.append(f"… {df.height - max_rows} more rows (use --format csv for all)")
-    lines.append(f"({df.height} row{'s' if df.height != 1 else ''})")
+    if height > max_rows:
+        lines.append(f"… {height - max_rows} more rows (use --format csv for all)")
+    lines.append(f"({height} row{'s' if height != 1 else ''})")
     return "\n".join(lines)
 
 
@@ -69,17 +79,21 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def write_result(df: pl.DataFrame, fmt: str, out: IO[str] | IO[bytes]) -> None:
-    """Write `df` in `fmt`; parquet needs a binary stream."""
+def render_result(df: Rows | pl.DataFrame, fmt: str) -> bytes:
+    """`df` in `fmt` (table, csv, json: UTF-8 text; parquet), ready for a binary stream.
+    csv and parquet need a polars DataFrame; table and json take Rows too."""
     if fmt == "table":
-        out.write(format_table(df) + "\n")  # type: ignore[arg-type]
-    elif fmt == "csv":
-        out.write(df.write_csv())  # type: ignore[arg-type]
-    elif fmt == "json":
-        out.write(json.dumps(df.to_dicts(), default=_json_default, indent=None) + "\n")  # type: ignore[arg-type]
-    elif fmt == "parquet":
+        return (format_table(df) + "\n").encode()
+    if fmt == "json":
+        res = _rows(df)
+        dicts = [dict(zip(res.columns, row, strict=True)) for row in res.rows]
+        return (json.dumps(dicts, default=_json_default) + "\n").encode()
+    if isinstance(df, Rows):
+        raise ValueError(f"{fmt} needs a polars DataFrame")
+    if fmt == "csv":
+        return df.write_csv().encode()
+    if fmt == "parquet":
         buf = io.BytesIO()
         df.write_parquet(buf)
-        out.write(buf.getvalue())  # type: ignore[arg-type]
-    else:
-        raise ValueError(fmt)
+        return buf.getvalue()
+    raise ValueError(fmt)

@@ -1,4 +1,4 @@
--- tracekit normalized store, schema version 1.
+-- tracekit normalized store, schema version 2.
 -- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store.py when this changes:
 -- caches written under another version are rebuilt, never migrated in place.
 
@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS stages (
     dur_ns     BIGINT NOT NULL,
     event_id   BIGINT NOT NULL,       -- the range event that defines the stage
     pid        BIGINT,
-    tid        BIGINT
+    tid        BIGINT,
+    source     VARCHAR                -- 'annotated' | 'rule' | 'inferred:<modules|ranges|ops> depth N'
 );
 
 CREATE TABLE IF NOT EXISTS requests (
@@ -76,8 +77,8 @@ CREATE TABLE IF NOT EXISTS requests (
     start_ns   BIGINT NOT NULL,
     end_ns     BIGINT NOT NULL,
     dur_ns     BIGINT NOT NULL,
-    source     VARCHAR NOT NULL,      -- 'tracekit:request' | 'ProfilerStep' | 'stage-sequence'
-    event_id   BIGINT,                -- the defining range, NULL for stage-sequence requests
+    source     VARCHAR NOT NULL,      -- 'tracekit:request' | 'ProfilerStep' | 'stage-sequence' | 'repeated-range' | 'window'
+    event_id   BIGINT,                -- the defining range, NULL for stage-sequence and window requests
     pid        BIGINT,
     tid        BIGINT
 );

@@ -30,7 +30,7 @@ from typing import Any
 
 from tracekit.atomic import check_input_file, check_output, output_error, prepare, temp_name
 from tracekit.errors import TraceFormatError, TracekitError
-from tracekit.ingest import detect_format
+from tracekit.ingest import formats
 from tracekit.redact import REDACTED, is_secret_key, redact_text
 
 _ENV_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -73,7 +73,7 @@ def scrub_trace(
 ) -> ScrubResult:
     """Write a scrubbed copy of `source` to `out` atomically; `source` is only read."""
     check_input_file(source)
-    fmt = detect_format(source)
+    fmt = formats.detect(source)
     if str(out) == "-":
         raise TracekitError("scrub writes a file: give an OUT path, not -")
     check_output(out, [source], force)
@@ -81,16 +81,10 @@ def scrub_trace(
     tmp = temp_name(out)
     removed: Counter[str] = Counter()
     try:
-        if fmt == "nsys":
-            try:
-                shutil.copyfile(source, tmp)
-            except OSError as e:
-                raise output_error(out, e) from None
-            _scrub_sqlite(source, tmp, options, removed)
-        elif fmt == "kineto":
-            _scrub_json(source, tmp, out, options, removed)
-        else:
-            raise TraceFormatError(f"{source}: scrub reads nsys SQLite exports and JSON traces")
+        if fmt.scrub is None:
+            readable = ", ".join(f.description for f in formats.FORMATS if f.scrub)
+            raise TraceFormatError(f"{source}: scrub reads {readable}; this is {fmt.description}")
+        fmt.scrub(source, tmp, options, removed)
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
     except OSError as e:
@@ -99,7 +93,7 @@ def scrub_trace(
         for suffix in ("", "-journal", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 Path(f"{tmp}{suffix}").unlink()
-    return ScrubResult(source, out, fmt, {k: v for k, v in removed.items() if v})
+    return ScrubResult(source, out, fmt.name, {k: v for k, v in removed.items() if v})
 
 
 # --- what every string goes through -------------------------------------------------------
@@ -227,6 +221,26 @@ def _strip_behaviour(tmp: Path, removed: Counter[str]) -> None:
             removed["triggers, views, virtual tables"] += rows[0]
     finally:
         con.close()
+
+
+def scrub_sqlite(source: Path, tmp: Path, opt: ScrubOptions, removed: dict[str, int]) -> None:
+    """The registry's nsys scrub: copy `source` byte for byte to `tmp`, then scrub the copy."""
+    shutil.copyfile(source, tmp)
+    counts: Counter[str] = Counter()
+    _scrub_sqlite(source, tmp, opt, counts)
+    _tally(removed, counts)
+
+
+def scrub_json(source: Path, tmp: Path, opt: ScrubOptions, removed: dict[str, int]) -> None:
+    """The registry's Kineto/Chrome JSON scrub: a scrubbed copy of `source` at `tmp`."""
+    counts: Counter[str] = Counter()
+    _scrub_json(source, tmp, opt, counts)
+    _tally(removed, counts)
+
+
+def _tally(removed: dict[str, int], counts: Counter[str]) -> None:
+    for kind, n in counts.items():
+        removed[kind] = removed.get(kind, 0) + n
 
 
 def _scrub_sqlite(source: Path, tmp: Path, opt: ScrubOptions, removed: Counter[str]) -> None:
@@ -378,8 +392,7 @@ def _classify(key: str) -> str | None:
 # --- Kineto / Chrome JSON ------------------------------------------------------------------
 
 
-def _scrub_json(source: Path, tmp: Path, out: Path, opt: ScrubOptions,
-                removed: Counter[str]) -> None:  # fmt: skip
+def _scrub_json(source: Path, tmp: Path, opt: ScrubOptions, removed: Counter[str]) -> None:
     from tracekit.ingest.bounded_gzip import read_document
 
     raw = read_document(source)

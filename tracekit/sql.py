@@ -12,12 +12,18 @@ A `-- default: $name VALUE` line gives a parameter's default.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.errors import QueryError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    RunSql = Callable[[str, dict[str, Any] | None], pl.DataFrame]
 
 _PARAM_USE = re.compile(r"(?<![\w$:])\$([A-Za-z_]\w*)")
 _TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": bool}
@@ -169,3 +175,28 @@ def load_query(name: str) -> NamedQuery:
     if name not in queries:
         raise QueryError(f"unknown query {name!r}; `tracekit query --list` shows them")
     return queries[name]
+
+
+def run_named_query(run_sql: RunSql, name: str, params: dict[str, Any]) -> pl.DataFrame:
+    """Run a named query through an engine's `sql` (DuckDB or Spark).
+
+    A query over one trace ($trace_id) runs over every trace when no trace_id is given, its
+    rows concatenated (each carries its trace_id); an unknown trace_id is an error naming the
+    traces there are."""
+    import polars as pl
+
+    q = load_query(name)
+    if "trace_id" not in {p.name for p in q.params}:
+        return run_sql(q.text, q.bind(params))
+    listing = run_sql("SELECT trace_id, path FROM traces ORDER BY trace_id", None)
+    traces = {int(i): str(p) for i, p in listing.rows()}
+    if "trace_id" in params:
+        wanted = q.bind(params)["trace_id"]
+        if wanted not in traces:
+            listed = ", ".join(f"{i} ({p.rsplit('/', 1)[-1]})" for i, p in traces.items())
+            raise QueryError(
+                f"query {name}: no trace with trace_id {wanted}; there are: {listed or 'none'}"
+            )
+        return run_sql(q.text, q.bind(params))
+    frames = [run_sql(q.text, q.bind({**params, "trace_id": i})) for i in traces]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()

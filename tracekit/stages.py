@@ -63,6 +63,23 @@ def load_config_rules(directory: Path) -> list[StageRule]:
     return rules
 
 
+DEPTH_KEY = "@depth"
+
+
+def depth_rule(depth: int) -> StageRule:
+    """`--stage-depth N` travels with the stage rules (it joins their cache key the same way):
+    a pseudo-rule that derive.py takes out again."""
+    if depth < 1:
+        raise ConfigError(f"--stage-depth: must be 1 or more, got {depth}")
+    return StageRule(DEPTH_KEY, str(depth))
+
+
+def split_depth(rules: list[StageRule]) -> tuple[list[StageRule], int | None]:
+    """(the real rules, the --stage-depth for inferred stages or None)."""
+    depth = next((int(r.pattern) for r in rules if r.stage == DEPTH_KEY), None)
+    return [r for r in rules if r.stage != DEPTH_KEY], depth
+
+
 def rules_digest(rules: list[StageRule]) -> str:
     """A short digest of the rules, part of a cache's key."""
     text = "\n".join(f"{r.stage}={r.pattern}" for r in rules)

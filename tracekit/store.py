@@ -29,13 +29,13 @@ from tracekit import __version__, cache
 from tracekit.attributes import apply_attributes, sidecars_for
 from tracekit.derive import derive
 from tracekit.errors import StoreError, TraceFormatError, TracekitError
-from tracekit.ingest import detect_format
+from tracekit.ingest import formats
 from tracekit.ingest.common import IngestStats, TraceInfo
-from tracekit.ingest.json_scan import document_size
-from tracekit.progress import Progress, build_progress
+from tracekit.ingest.formats import TraceFormat
+from tracekit.progress import build_progress
 from tracekit.stages import StageRule, rules_digest
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
 TABLES = ("traces", "threads", "events", "stages", "requests", "attributes")
 DUCKDB_MAGIC_OFFSET = 8
@@ -202,41 +202,19 @@ def connect(path: str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
 MEMORY_ENV = "TRACEKIT_MEMORY_LIMIT"  # DuckDB memory_limit while building a store
 _MEMORY_DEFAULT = "2GB"
 _MEMORY_CEILING = 2_000_000_000  # bytes: the default
-# A Kineto build's limit scales with the JSON's size: DuckDB spills its temp tables beyond it,
-# and the process's peak RSS was about the limit + 260 MB (libraries, Python, DuckDB's own
-# allocations) at 1e6 events. The derivation's joins failed below ~110 MiB there: the floor.
-# (A lower limit while the events are read, 96 MiB, took that step's peak from ~385 to
-# ~315 MB but cost 0.3 s, while the derivation's peak, ~395 MB, stayed the build's.)
-_KINETO_MEMORY_FRACTION = 0.45
-_MEMORY_FLOOR = 128 * 1024**2
-# An nsys export's staged rows take ~7x the SQLite file: a limit of twice the file (at least
-# 512 MiB) built a 1e6-kernel export (127 MB) in the same 5.0 s as 2 GB with an 810 MiB peak
-# instead of 2.2 GB, and 5e6 kernels (647 MB) at 1 GB in the same 35 s (1.5 GB, not 2.4 GB);
-# 256 MB at 1e6 was 20 % slower.
-_NSYS_MEMORY_FRACTION = 2.0
-_NSYS_MEMORY_FLOOR = 512 * 1024**2
 
 
-def _memory_limit(source: Path, fmt: str) -> tuple[str, bool]:
+def _memory_limit(source: Path, fmt: TraceFormat) -> tuple[str, bool]:
     """(DuckDB memory_limit for building this trace's store, whether it comes from the
-    trace's size): TRACEKIT_MEMORY_LIMIT when set, else from the size of a Kineto JSON or an
-    nsys SQLite export, else 2GB."""
+    trace's size): TRACEKIT_MEMORY_LIMIT when set, else the format's own (from the file's
+    size), else 2GB."""
     configured = os.environ.get(MEMORY_ENV)
     if configured:
         return configured, False
-    if fmt == "kineto":
-        derived = max(int(document_size(source) * _KINETO_MEMORY_FRACTION), _MEMORY_FLOOR)
-    elif fmt == "nsys":  # (an .nsys-rep says little of the size of its export: the default)
-        derived = max(int(source.stat().st_size * _NSYS_MEMORY_FRACTION), _NSYS_MEMORY_FLOOR)
-    else:
+    derived = fmt.memory_limit(source)
+    if derived is None:
         return _MEMORY_DEFAULT, False
     return f"{min(derived, _MEMORY_CEILING)}B", True
-
-
-# DuckDB's allocator returns freed memory to the system only after a query that allocated
-# more than this (default 128 MiB): at 16 MB a 1e6-event build peaked 30-50 MiB lower (1.3x
-# the JSON instead of up to 1.5x, .gz included), for 0.1-0.2 s.
-_ALLOCATOR_FLUSH = "16MB"
 
 
 def _remove_stale_temps(cache: Path) -> None:
@@ -278,33 +256,16 @@ def _import_pandas() -> None:
     """DuckDB imports pandas (and numpy) at the first bound parameter or Arrow batch: 0.6-0.8 s
     that, on this thread, overlaps the parse (which runs in C++ without the GIL)."""
     with contextlib.suppress(ImportError):
-        import pandas  # noqa: F401
+        import pandas  # type: ignore[import-untyped]  # noqa: F401
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(files("tracekit").joinpath("schema.sql").read_text())
 
 
-def _run_ingestor(
-    con: duckdb.DuckDBPyConnection, source: Path, fmt: str, scratch: Path, progress: Progress
-) -> TraceInfo:
-    if fmt == "kineto":
-        from tracekit.ingest import kineto
-
-        return kineto.ingest(con, source, 1, scratch=scratch, progress=progress)
-    if fmt in ("nsys", "nsys-rep"):
-        from tracekit.ingest import nsys
-
-        if fmt == "nsys-rep":
-            progress.step("exporting the report to SQLite (nsys export)")
-            source = nsys.export_nsys_rep(source)
-        return nsys.ingest(con, source, 1, progress=progress)
-    raise TraceFormatError(f"{source}: unsupported format {fmt}")
-
-
 def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> IngestResult:
     """Ingest one trace into a new store at `out` (temp file + rename)."""
-    fmt = detect_format(source)
+    fmt = formats.detect(source)
     limit, derived = _memory_limit(source, fmt)
     try:
         return _build(source, out, rules, fmt, limit)
@@ -315,7 +276,7 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
     return _build(source, out, rules, fmt, _MEMORY_DEFAULT)
 
 
-def _build(source: Path, out: Path, rules: list[StageRule], fmt: str,
+def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
            memory_limit: str) -> IngestResult:  # fmt: skip
     key = _source_key(source, rules)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -335,12 +296,10 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: str,
         # (a literal: a bound parameter would wait for the pandas import on the thread)
         quoted = memory_limit.replace("'", "''")
         con.execute(f"SET memory_limit = '{quoted}'")
-        if fmt == "kineto":  # (the nsys ingest is measured and tuned on its own)
-            con.execute(f"SET allocator_flush_threshold = '{_ALLOCATOR_FLUSH}'")
-            con.execute(f"SET allocator_bulk_deallocation_flush_threshold = '{_ALLOCATOR_FLUSH}'")
+        fmt.tune(con)
         create_schema(con)
         with build_progress(f"ingest {source.name}") as progress:
-            info = _run_ingestor(con, source, fmt, tmp, progress)
+            info = fmt.ingest(con, source, 1, tmp, progress)
             derive(con, rules, progress)
             sidecars = _sidecar_files(source)
             if sidecars:
@@ -348,7 +307,9 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: str,
                 apply_attributes(con, 1, sidecars)
             progress.step("writing the store")
             _write_trace_row(con, source, info, digest.result())
-            con.executemany("INSERT INTO meta VALUES (?, ?)", sorted(key.items()))
+            keys = sorted(key)  # (one statement: a row of parameters costs ~1 ms here)
+            con.execute("INSERT INTO meta SELECT unnest($k), unnest($v)",
+                        {"k": keys, "v": [key[k] for k in keys]})  # fmt: skip
             con.execute("CHECKPOINT")
             con.close()
         os.replace(tmp, out)
@@ -426,7 +387,7 @@ def ensure_trace_store(
         _sweep_if_idle(source, store)
         cache.touch(store)
         return IngestResult(source=source, store=store, reused=True)
-    detect_format(source)  # fail on a non-trace before touching anything
+    formats.detect(source)  # fail on a non-trace before touching anything
     with _lock(source):
         # Another process may have built it while we waited for the lock.
         _remove_stale_temps(store)

@@ -6,19 +6,21 @@ import contextlib
 import json
 import os
 import tempfile
-import zlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
 from tracekit.atomic import check_input_file
 from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
-from tracekit.ingest import detect_format
+from tracekit.ingest import formats
+from tracekit.lake import duckdb_table_sql, is_export_dir
 from tracekit.stages import StageRule, load_config_rules
 from tracekit.store import (
     CACHE_SUFFIX,
+    SCHEMA_VERSION,
     TABLES,
     IngestResult,
     connect,
@@ -29,23 +31,6 @@ from tracekit.store import (
 
 if TYPE_CHECKING:  # polars is imported when a result is returned: a store build never needs it
     import polars as pl
-
-TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".nsys-rep")
-
-
-_SNIFF_BYTES = 1 << 20
-
-
-def _looks_like_chrome_trace(path: Path) -> bool:
-    """A JSON file in a folder counts as a trace only if `traceEvents` shows up early, so a
-    report.json or diff.json written into a run folder is not taken for one."""
-    from tracekit.ingest.json_scan import open_trace_bytes
-
-    try:
-        with open_trace_bytes(path) as fh:
-            return b'"traceEvents"' in fh.read(_SNIFF_BYTES)
-    except (OSError, EOFError, zlib.error, TraceFormatError):
-        return True  # let the ingestor name what is wrong with it
 
 
 def _capture_traces(directory: Path) -> list[Path] | None:
@@ -78,15 +63,15 @@ def find_traces(directory: Path) -> list[Path]:
     for p in sorted(directory.iterdir()):
         if not p.is_file() or p.name.endswith((CACHE_SUFFIX, ".lock", ".tmp")):
             continue
-        if p.name == "capture.json" or not p.name.endswith(TRACE_SUFFIXES):
+        if p.name == "capture.json" or not p.name.endswith(formats.suffixes()):
             continue
         if p.suffix == ".nsys-rep" and p.with_suffix(".sqlite").exists():
             continue
         try:
-            fmt = detect_format(p)
+            fmt = formats.detect(p)
         except TraceFormatError:
             continue
-        if fmt == "kineto" and not _looks_like_chrome_trace(p):
+        if not fmt.in_folder(p):
             continue
         found.append(p)
     if not found:
@@ -108,7 +93,8 @@ def input_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
-    """Split inputs into (trace files, existing stores). Folders expand to their traces."""
+    """Split inputs into (trace files, existing stores). Folders expand to their traces; a
+    Parquet export folder (tracekit export --parquet) counts as a store."""
     traces: list[Path] = []
     stores: list[Path] = []
     for raw in paths:
@@ -120,7 +106,9 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
         except OSError:
             raise TraceFormatError(f"{p}: no such file or directory") from None
         check_input_file(p)
-        if p.is_dir():
+        if is_export_dir(p):
+            stores.append(p)
+        elif p.is_dir():
             traces.extend(find_traces(p))
         elif p.name == "capture.json":
             # A capture manifest stands for its run folder.
@@ -130,6 +118,67 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
         else:
             traces.append(p)
     return traces, stores
+
+
+class QuerySource(Protocol):
+    """What the report and the CLI need of an engine: tracekit.TraceSet (DuckDB) or
+    tracekit.spark.SparkTraceSet. `sql` takes DuckDB SQL; both return polars DataFrames."""
+
+    def sql(self, query: str, params: dict[str, Any] | None = None) -> pl.DataFrame: ...
+
+    def query(self, name: str, **params: Any) -> pl.DataFrame: ...
+
+    def query_dicts(self, name: str, **params: Any) -> list[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> QuerySource: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+ENGINES = ("duckdb", "spark")
+
+
+def open_engine(
+    engine: str,
+    paths: Sequence[str | Path],
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+    read_only: bool = True,
+) -> QuerySource:
+    """`open_traces` for engine "duckdb"; for "spark", `tracekit.spark.open_spark` over
+    Parquet export folders (the pyspark extra; stage rules and refresh do not apply there:
+    an export already holds its stages)."""
+    if engine == "spark":
+        from tracekit.spark import open_spark
+
+        if stage_rules or refresh or not read_only:
+            raise TracekitError(
+                "--engine spark reads export folders as they are: --stage, --refresh and "
+                "--write apply to DuckDB stores only"
+            )
+        return open_spark(list(paths))
+    if engine != "duckdb":
+        raise TracekitError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    return open_traces(list(paths), stage_rules=stage_rules, refresh=refresh, read_only=read_only)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A query's result as plain rows (TraceSet.rows)."""
+
+    columns: list[str]
+    numeric: list[bool]  # per column: a number (right-aligned in a table)
+    rows: list[tuple[Any, ...]]
+
+
+_NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                  "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")  # fmt: skip
+
+
+def _is_numeric(duckdb_type: str) -> bool:
+    return duckdb_type.split("(")[0] in _NUMERIC_TYPES
 
 
 class TraceSet:
@@ -143,61 +192,54 @@ class TraceSet:
     def __init__(
         self, con: duckdb.DuckDBPyConnection, sources: list[Path], ingests: list[IngestResult]
     ) -> None:
+        from tracekit.categories import install
+
+        install(con)  # tracekit/macros.sql and the GPU category rules, on every connection
         self.con = con
         self.sources = sources
         self.ingests = ingests
 
     def sql(self, query: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
         """Run SQL and return a polars DataFrame."""
-        try:
-            rel = _interruptible(self.con, query, params or {})
-        except duckdb.Error as e:
-            msg = _first_line(e)
-            if "read-only" in msg:
-                msg += " (stores open read-only; `tracekit sql --write` opens a store read-write)"
-            raise QueryError(msg) from None
+        rel = self._execute(query, params)
         if rel.description is None:
             import polars as pl
 
             return pl.DataFrame()
         return rel.pl()
 
-    def query(self, name: str, **params: Any) -> pl.DataFrame:
-        """Run the named query `queries/<name>.sql` with bound parameters.
+    def rows(self, query: str, params: dict[str, Any] | None = None) -> Rows:
+        """Run SQL and return its rows as Python tuples (no polars: `tracekit sql` prints a
+        table or JSON from these, without the 0.3-0.5 s of importing polars and numpy)."""
+        rel = self._execute(query, params)
+        if rel.description is None:
+            return Rows([], [], [])
+        numeric = [_is_numeric(str(d[1])) for d in rel.description]
+        return Rows([d[0] for d in rel.description], numeric, rel.fetchall())
 
-        A query over one trace ($trace_id) runs over every trace of the set when no trace_id
-        is given, its rows concatenated, each with its trace_id; an unknown trace_id is an
-        error naming the traces there are."""
+    def query_dicts(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        """The named query's rows as dicts (what `.query(...).to_dicts()` gives, without
+        polars: a report's queries are small, and importing polars cost more than them)."""
         from tracekit.sql import load_query
 
         q = load_query(name)
-        if "trace_id" not in {p.name for p in q.params}:
-            return self.sql(q.text, q.bind(params))
-        traces = dict(self.con.execute("SELECT trace_id, path FROM traces ORDER BY 1").fetchall())
-        if "trace_id" in params:
-            wanted = q.bind(params)["trace_id"]
-            if wanted not in traces:
-                listed = ", ".join(f"{i} ({Path(p).name})" for i, p in traces.items())
-                raise QueryError(
-                    f"query {name}: no trace with trace_id {wanted}; there are: {listed or 'none'}"
-                )
-            return self._with_trace_id(self.sql(q.text, q.bind(params)), wanted)
-        import polars as pl
+        res = self.rows(q.text, q.bind(params))
+        return [dict(zip(res.columns, row, strict=True)) for row in res.rows]
 
-        frames = [
-            self._with_trace_id(self.sql(q.text, q.bind({**params, "trace_id": i})), i)
-            for i in traces
-        ]
-        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    def _execute(self, query: str, params: dict[str, Any] | None) -> duckdb.DuckDBPyConnection:
+        try:
+            return _interruptible(self.con, query, params or {})
+        except duckdb.Error as e:
+            msg = _first_line(e)
+            if "read-only" in msg:
+                msg += " (stores open read-only; `tracekit sql --write` opens a store read-write)"
+            raise QueryError(msg) from None
 
-    @staticmethod
-    def _with_trace_id(df: pl.DataFrame, trace_id: int) -> pl.DataFrame:
-        """The rows of one trace, led by a trace_id column (added when the query has none)."""
-        import polars as pl
+    def query(self, name: str, **params: Any) -> pl.DataFrame:
+        """Run the named query `queries/<name>.sql` over every trace (or `trace_id=N`)."""
+        from tracekit.sql import run_named_query
 
-        if "trace_id" in df.columns or df.width == 0:
-            return df
-        return df.select(pl.lit(trace_id, dtype=pl.Int32).alias("trace_id"), pl.all())
+        return run_named_query(self.sql, name, params)
 
     def close(self) -> None:
         self.con.close()
@@ -281,7 +323,7 @@ def open_traces(
     traces, stores = resolve_inputs(paths)
     ingests = ingest_many(traces, stage_rules, refresh, workers)
     store_files = [r.store for r in ingests] + stores
-    if len(store_files) == 1:
+    if len(store_files) == 1 and not is_export_dir(store_files[0]):
         try:
             con = connect(str(store_files[0]), read_only=read_only)
         except duckdb.Error as e:
@@ -306,26 +348,43 @@ def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None
 def _attach_union(
     con: duckdb.DuckDBPyConnection, store_files: list[Path], view_prefix: str = ""
 ) -> None:
-    """Expose several stores as one: views renumber trace_id 1..N in input order."""
+    """Expose several stores (or export folders) as one: views renumber trace_id 1..N in input
+    order."""
     parts: dict[str, list[str]] = {t: [] for t in TABLES}
     next_id = 1
     for i, store in enumerate(store_files):
         alias = f"s{i}"
+        tables = _source_tables(con, store, alias)
         try:
-            con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
+            ids = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT trace_id FROM ({tables['traces']}) ORDER BY 1"
+                ).fetchall()
+            ]
         except duckdb.Error as e:
-            raise StoreError(f"{store}: cannot open store ({_first_line(e)})") from None
-        _check_store(con, store, alias)
-        ids = [
-            r[0] for r in con.execute(f"SELECT trace_id FROM {alias}.traces ORDER BY 1").fetchall()
-        ]
+            raise StoreError(f"{store}: cannot read its traces ({_first_line(e)})") from None
         mapping = " ".join(f"WHEN {old} THEN {next_id + k}" for k, old in enumerate(ids))
-        expr = f"(CASE trace_id {mapping} END)::INTEGER" if ids else "trace_id"
+        # One source keeps its ids (an export's partitions then prune on trace_id).
+        renumber = ids and len(store_files) > 1
+        expr = f"(CASE trace_id {mapping} END)::INTEGER" if renumber else "trace_id"
         next_id += len(ids)
         for t in TABLES:
-            parts[t].append(f"SELECT * REPLACE ({expr} AS trace_id) FROM {alias}.{t}")
+            parts[t].append(f"SELECT * REPLACE ({expr} AS trace_id) FROM ({tables[t]})")
     for t in TABLES:
         con.execute(f"CREATE TEMP VIEW {view_prefix}{t} AS " + " UNION ALL ".join(parts[t]))
+
+
+def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> dict[str, str]:
+    """A SELECT per table of a store file (attached as `alias`) or of a Parquet export."""
+    if is_export_dir(store):
+        return {t: duckdb_table_sql(store, t) for t in TABLES}
+    try:
+        con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
+    except duckdb.Error as e:
+        raise StoreError(f"{store}: cannot open store ({_first_line(e)})") from None
+    _check_store(con, store, alias)
+    return {t: f"SELECT * FROM {alias}.{t}" for t in TABLES}
 
 
 def _quote(path: Path) -> str:
@@ -356,7 +415,9 @@ def write_store(
         _attach_union(con, store_files, view_prefix="_all_")
         for t in TABLES:
             con.execute(f"INSERT INTO {t} SELECT * FROM _all_{t}")
-        con.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('kind', 'combined')")
+        con.execute(
+            f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'), ('kind', 'combined')"
+        )
         con.close()
         os.replace(tmp, out)
     except BaseException:

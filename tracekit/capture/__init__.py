@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tracekit.capture.manifest import MANIFEST, file_entries, versions, write_manifest
 from tracekit.capture.nsys_runner import finish_report
@@ -48,7 +49,7 @@ class CaptureResult:
     run_dir: Path
     manifest: Path
     exit_code: int  # the command's (0 when stopped by --duration)
-    files: list[dict] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     timed_out: bool = False
     stage_clock: str = ""  # what the program entered, by its own clock (StageClock.summary)
@@ -91,10 +92,11 @@ def capture(opts: CaptureOptions) -> CaptureResult:
         _notice(n, notices)
     started = dt.datetime.now(dt.UTC)
     t0 = time.monotonic()
-    files: list[dict] = []
-    run_records: list[dict] = []
+    files: list[dict[str, Any]] = []
+    run_records: list[dict[str, Any]] = []
     exit_code, timed_out = 0, False
     empty_nsys = ""
+    no_torch_trace = ""
     clock = None
     for run in plan.runs:
         if exit_code != 0 or timed_out:
@@ -120,6 +122,8 @@ def capture(opts: CaptureOptions) -> CaptureResult:
                 empty_nsys = empty
         if run.torch_trace is not None and run.torch_trace.exists():
             written.append(run.torch_trace)
+        elif run.torch_trace is not None and rc == 0 and not res.timed_out:
+            no_torch_trace = _no_torch_trace(opts, clock)
         traces = [p for p in written if p.suffix in (".sqlite", ".json")]
         written += sorted(run.attributes_dir.glob("attributes-*.jsonl"))
         files += file_entries(opts.run_dir, written, run.name, traces)
@@ -149,6 +153,9 @@ def capture(opts: CaptureOptions) -> CaptureResult:
                 "timeout": opts.timeout,
                 "schedule": list(opts.schedule) if opts.schedule else None,
                 "stages": [t.spec for t in opts.stages],
+                "requests": [f"{t.module}:{t.attr}" for t in opts.requests],
+                "warmup": opts.warmup,
+                "python_stacks": opts.python_stacks,
             },  # fmt: skip
             "runs": run_records,
             "files": files,
@@ -164,6 +171,8 @@ def capture(opts: CaptureOptions) -> CaptureResult:
             "try --duration, or rerun",
             exit_code=124,
         )
+    if no_torch_trace:
+        raise CaptureFailed(f"{no_torch_trace} ({manifest} was kept)")
     if empty_nsys and exit_code == 0 and not opts.allow_empty:
         raise CaptureFailed(
             f"{empty_nsys} (the traces and {manifest} were kept; --allow-empty accepts them)"
@@ -171,6 +180,30 @@ def capture(opts: CaptureOptions) -> CaptureResult:
     if empty_nsys:
         print(f"tracekit: {empty_nsys}", file=sys.stderr, flush=True)
     return result
+
+
+def _no_torch_trace(opts: CaptureOptions, clock: StageClock) -> str:
+    """Why the torch run of a successful command wrote no trace."""
+    measured = clock.counts.get("request", 0)
+    if opts.schedule:
+        wait, warm, active = opts.schedule
+        how = (
+            "tracekit.request() calls or --request"
+            if measured or opts.requests
+            else "requests: the program made none (mark them with --request module:function)"
+        )
+        return (
+            f"no torch trace: --schedule {wait},{warm},{active} needs more than {wait + warm} "
+            f"measured requests and the program made {measured} (counted: {how}"
+            + (f", after --warmup {opts.warmup}" if opts.warmup else "")
+            + ")"
+        )
+    if opts.warmup:
+        return (
+            f"no torch trace: the program made fewer requests than --warmup {opts.warmup} "
+            "(the profiler starts after the warm-up)"
+        )
+    return "no torch trace was written (see the messages above)"
 
 
 def _empty_nsys_trace(nsys_files: list[Path], clock: StageClock, nsys_year: int) -> str:

@@ -22,7 +22,9 @@ ROLES = {
 }
 
 
-def file_entries(run_dir: Path, files: list[Path], run: str, traces: list[Path]) -> list[dict]:
+def file_entries(
+    run_dir: Path, files: list[Path], run: str, traces: list[Path]
+) -> list[dict[str, Any]]:
     """Entries for capture.json: path relative to the run dir, role, run, size; attribute
     sidecars also name the trace files of the same run they describe."""
     rel_traces = [str(t.relative_to(run_dir)) for t in traces]

@@ -63,6 +63,9 @@ class CaptureOptions:
     torch: bool = True
     schedule: tuple[int, int, int] | None = None
     stages: tuple[StageTarget, ...] = ()
+    requests: tuple[StageTarget, ...] = ()  # --request targets (StageTarget.stage == 'request')
+    warmup: int = 0  # --warmup: the first N requests are served but recorded nowhere
+    python_stacks: bool = False  # --python: torch.profiler with_stack (Python function events)
     duration: float | None = None
     timeout: float | None = None
     force: bool = False
@@ -159,8 +162,14 @@ def _runner_argv(
             argv.append("--cuda")
         if opts.schedule:
             argv += ["--schedule", ",".join(map(str, opts.schedule))]
+        if opts.python_stacks:
+            argv.append("--with-stack")
     for t in opts.stages:
         argv += ["--stage", t.spec]
+    for t in opts.requests:
+        argv += ["--request", f"{t.module}:{t.attr}"]
+    if opts.warmup:
+        argv += ["--warmup", str(opts.warmup)]
     if opts.duration and trace is not None:
         argv += ["--duration", f"{opts.duration:g}"]
     return [*argv, "--", *py.target]
@@ -177,8 +186,8 @@ def make_plan(opts: CaptureOptions) -> Plan:
     if opts.torch and not use_torch:
         why = "not a Python command" if py is None else "torch is not importable by its python"
         notices.append(f"torch.profiler half skipped: {why}")
-    if opts.stages and py is None:
-        notices.append("--stage ignored: not a Python command")
+    if (opts.stages or opts.requests or opts.warmup) and py is None:
+        notices.append("--stage, --request and --warmup ignored: not a Python command")
     if nsys is None and not use_torch:
         raise CaptureFailed(
             "nothing to capture with: "
@@ -194,7 +203,7 @@ def make_plan(opts: CaptureOptions) -> Plan:
     runs: list[Run] = []
 
     def inner(trace: Path | None, cuda_activity: bool) -> list[str]:
-        if py is None or (trace is None and not opts.stages):
+        if py is None or (trace is None and not (opts.stages or opts.requests or opts.warmup)):
             return plain
         return _runner_argv(py, opts, trace, cuda_activity)
 

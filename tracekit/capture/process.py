@@ -79,14 +79,14 @@ def run_bounded(
     quiet: capture the output (its last lines go into `tail`); filter_noise: pass the output
     through, without the profilers' own lines."""
     start = time.monotonic()
+    out: int | None = None
+    err: int | None = None
     if quiet:
         out, err = subprocess.PIPE, subprocess.STDOUT
     elif filter_noise:
         out = err = subprocess.PIPE
-    else:
-        out = err = None
     proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, start_new_session=True)
-    forwarders = []
+    forwarders: list[threading.Thread] = []
     if filter_noise and not quiet:
         assert proc.stdout is not None and proc.stderr is not None
         for src, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):

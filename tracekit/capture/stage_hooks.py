@@ -26,6 +26,7 @@ from typing import Any
 from tracekit.errors import ConfigError
 
 MAIN = "__main__"
+REQUEST = "request"  # StageTarget.stage of a `--request` target
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,13 @@ class StageTarget:
     @property
     def spec(self) -> str:
         return f"{self.stage}={self.module}:{self.attr}"
+
+    @property
+    def option(self) -> str:
+        """The capture option that names this target: `--request mod:fn` or `--stage N=...`."""
+        if self.stage == REQUEST:
+            return f"--request {self.module}:{self.attr}"
+        return f"--stage {self.spec}"
 
 
 def parse_target(text: str) -> StageTarget:
@@ -50,14 +58,36 @@ def parse_target(text: str) -> StageTarget:
     return StageTarget(stage.strip(), module.strip(), attr.strip())
 
 
-def _wrap(fn: Any, stage_name: str) -> Any:
-    if getattr(fn, "__tracekit_stage__", None) == stage_name or not callable(fn):
-        return fn
-    from tracekit.annotate import stage
+def parse_request_target(text: str) -> StageTarget:
+    """Parse `module:function` of `--request` (function may be dotted)."""
+    module, colon, attr = text.partition(":")
+    if not colon or not module.strip() or not attr.strip() or "=" in module:
+        raise ConfigError(f"--request: expected module:function, got {text!r}")
+    return StageTarget(REQUEST, module.strip(), attr.strip())
 
+
+def _wrap(fn: Any, stage_name: str) -> Any:
     if isinstance(fn, (staticmethod, classmethod)):
         return type(fn)(_wrap(fn.__func__, stage_name))
-    wrapped = stage(stage_name)(fn)
+    if getattr(fn, "__tracekit_stage__", None) == stage_name or not callable(fn):
+        return fn
+    import functools
+
+    from tracekit import annotate
+    from tracekit.capture.call_facts import call_facts, param_names
+
+    names = param_names(fn)
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        rng = annotate.request() if stage_name == REQUEST else annotate.stage(stage_name)
+        with rng:
+            result = fn(*args, **kwargs)
+            state = annotate._S
+            if state.sidecar is not None and not state.mute_depth:
+                rng.set(**call_facts(names, args, kwargs, result))
+            return result
+
     wrapped.__tracekit_stage__ = stage_name  # type: ignore[attr-defined]
     return wrapped
 
@@ -97,7 +127,7 @@ class StageHooks:
             self._finder = _Finder(self, pending)
             sys.meta_path.insert(0, self._finder)
 
-    def main_namespace(self, globals_: dict[str, Any]) -> MutableMapping[str, Any] | dict:
+    def main_namespace(self, globals_: dict[str, Any]) -> MutableMapping[str, Any] | dict[str, Any]:
         """The locals mapping to exec `__main__` code with (the dict itself if no targets)."""
         if not self.main_targets:
             return globals_

@@ -24,7 +24,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from tracekit.capture.stage_hooks import StageHooks, parse_target
+from tracekit.capture.stage_hooks import StageHooks, parse_request_target, parse_target
 
 
 class _Stopped(BaseException):
@@ -44,6 +44,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--cuda", action="store_true")
     ap.add_argument("--schedule", type=str)
     ap.add_argument("--stage", action="append", default=[])
+    ap.add_argument("--request", action="append", default=[])
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--with-stack", action="store_true")
     ap.add_argument("--duration", type=float)
     return ap.parse_args(argv[:cut]), argv[cut + 1 :]
 
@@ -73,7 +76,7 @@ def _load_target(target: list[str]) -> tuple[types.CodeType, types.ModuleType, l
         main.__loader__ = spec.loader
         main.__package__ = spec.parent
         sys.argv = [spec.origin or name, *target[2:]]
-        return code, main, [name]  # type: ignore[return-value]
+        return code, main, [name]
     script = Path(target[0])
     source = script.read_bytes()
     main.__file__ = str(script)
@@ -96,7 +99,7 @@ def _start_profiler(args: argparse.Namespace) -> Any:
         wait, warmup, active = (int(x) for x in args.schedule.split(","))
         kwargs["schedule"] = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
         kwargs["on_trace_ready"] = lambda p: _export(p, args.trace)
-    prof = profile(activities=activities, record_shapes=True, **kwargs)
+    prof = profile(activities=activities, record_shapes=True, with_stack=args.with_stack, **kwargs)
     prof.start()
     return prof
 
@@ -135,12 +138,17 @@ def run(argv: list[str]) -> int:
         signal.signal(signal.SIGALRM, stop(0, f"--duration {args.duration:g} s reached"))
         signal.setitimer(signal.ITIMER_REAL, args.duration)
 
-    hooks = StageHooks([parse_target(s) for s in args.stage], aliases)
+    targets = [parse_target(s) for s in args.stage]
+    targets += [parse_request_target(s) for s in args.request]
+    hooks = StageHooks(targets, aliases)
     hooks.install()
-    prof = None
-    if args.trace is not None:
-        from tracekit import annotate
+    from tracekit import annotate
 
+    if args.trace is not None and args.warmup > 0:
+        # The profiler starts when the warm-up ends: warm-up requests are in no trace and
+        # a --schedule counts measured requests only.
+        annotate.set_warmup(args.warmup, lambda: annotate.bind_profiler(_start_profiler(args)))
+    elif args.trace is not None:
         try:
             prof = _start_profiler(args)  # imports torch: seconds, so a stop may land here
         except _Stopped as e:
@@ -148,6 +156,8 @@ def run(argv: list[str]) -> int:
             hooks.uninstall()
             return e.code
         annotate.bind_profiler(prof)
+    elif args.warmup > 0:
+        annotate.set_warmup(args.warmup)
     rc = 0
     sys.modules["__main__"] = main
     try:
@@ -163,13 +173,20 @@ def run(argv: list[str]) -> int:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the trace be written
-        _finish(prof, args, hooks)
+        _finish(args, hooks)
     return rc
 
 
-def _finish(prof: Any, args: argparse.Namespace, hooks: StageHooks) -> None:
+def _finish(args: argparse.Namespace, hooks: StageHooks) -> None:
     from tracekit import annotate
 
+    prof = annotate.bound_profiler()
+    if annotate.warmup_left() > 0:
+        print(
+            f"tracekit: --warmup {args.warmup}: the program ended during its warm-up "
+            f"({args.warmup - annotate.warmup_left()} of {args.warmup} requests): nothing measured",
+            file=sys.stderr,
+        )
     if prof is not None:
         annotate.bind_profiler(None)
         try:
@@ -177,15 +194,17 @@ def _finish(prof: Any, args: argparse.Namespace, hooks: StageHooks) -> None:
             if not args.schedule:
                 _export(prof, args.trace)
             elif not args.trace.exists():
+                wait, warm, _active = (int(x) for x in args.schedule.split(","))
                 print(
-                    f"tracekit: the schedule {args.schedule} never reached its active steps "
-                    "(fewer requests than wait+warmup?): no torch trace written",
+                    f"tracekit: the schedule {args.schedule} never reached its active steps: "
+                    f"{prof.step_num} measured requests, it needs more than {wait + warm}; "
+                    "no torch trace written",
                     file=sys.stderr,
                 )
         except Exception as e:  # a broken profiler must not hide the script's exit code
             print(f"tracekit: could not write the torch trace: {e}", file=sys.stderr)
     for t in hooks.missing():
-        print(f"tracekit: --stage {t.spec} was never applied (not found)", file=sys.stderr)
+        print(f"tracekit: {t.option} was never applied (not found)", file=sys.stderr)
     hooks.uninstall()
     annotate.flush()
 

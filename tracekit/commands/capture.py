@@ -40,10 +40,34 @@ def _schedule(text: str | None) -> tuple[int, int, int] | None:
 @click.option("--torch/--no-torch", "use_torch", default=True, show_default=True,
               help="Trace Python commands with torch.profiler.")  # fmt: skip
 @click.option("--schedule", metavar="WAIT,WARMUP,ACTIVE",
-              help="torch.profiler schedule, counted in tracekit.request()s.")  # fmt: skip
+              help="torch.profiler schedule, counted in requests (tracekit.request() or "
+              "--request) after the --warmup ones.")  # fmt: skip
 @click.option("--stage", "stages", multiple=True, metavar="NAME=module:function",
               help="Wrap a function in a stage without editing the code (repeatable; "
               "__main__ or the script's stem names the script itself).")  # fmt: skip
+@click.option(
+    "--request",
+    "requests",
+    multiple=True,
+    metavar="module:function",
+    help="Each call of this function is one request (no code change; repeatable).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="The first N requests are warm-up: served, recorded nowhere; "
+    "--schedule counts the requests after them.",
+)
+@click.option(
+    "--python",
+    "python_stacks",
+    is_flag=True,
+    help="Record Python function events (torch.profiler with_stack): what runs "
+    "inside CPU stages; slows Python-heavy code, see docs/capture.md.",
+)
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop collecting after SECONDS (the command is then ended).")  # fmt: skip
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
@@ -60,6 +84,9 @@ def command(
     use_torch: bool,
     schedule: str | None,
     stages: tuple[str, ...],
+    requests: tuple[str, ...],
+    warmup: int,
+    python_stacks: bool,
     duration: float | None,
     timeout: float | None,
     force: bool,
@@ -75,6 +102,7 @@ def command(
         tracekit capture -o runs/base -- python examples/infer.py --requests 24
     """
     from tracekit.capture import CaptureOptions, capture, default_run_dir, parse_target
+    from tracekit.capture.stage_hooks import parse_request_target
 
     opts = CaptureOptions(
         command=tuple(command),
@@ -83,6 +111,9 @@ def command(
         torch=use_torch,
         schedule=_schedule(schedule),
         stages=tuple(parse_target(s) for s in stages),
+        requests=tuple(parse_request_target(r) for r in requests),
+        warmup=warmup,
+        python_stacks=python_stacks,
         duration=duration,
         timeout=timeout,
         force=force,
@@ -94,7 +125,8 @@ def command(
     if result.stage_clock:
         click.echo(f"Recorded {result.stage_clock}")
     click.echo(f"Wrote {result.manifest} ({', '.join(traces) or 'no traces'})")
-    click.echo(f"Next: tracekit report {result.run_dir}")
+    if traces:  # never point at a report that would fail
+        click.echo(f"Next: tracekit report {result.run_dir}")
     if result.exit_code != 0:
         click.echo(f"tracekit: the command exited with {result.exit_code}", err=True)
     sys.exit(result.exit_code)

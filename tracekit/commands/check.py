@@ -78,6 +78,8 @@ def command(trace: Path, baseline: Path | None, budgets: tuple[str, ...],
                           "or --no-new-top-kernels")  # fmt: skip
     result = run_check(trace, parsed, baseline, top_kernels,
                        stage_rules=parse_stage_rules(stage_rules), refresh=refresh)  # fmt: skip
+    for v in result.views:
+        click.echo(f"Measured {v}", err=True)
     for o in result.outcomes:
         click.echo(o.line)
     if junit is not None:

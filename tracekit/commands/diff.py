@@ -48,15 +48,32 @@ _SUFFIX_FORMAT = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
     default=None,
     help="Output format (default: from -o's suffix, else table).",
 )
+@click.option(
+    "--per",
+    metavar="RANGE",
+    default=None,
+    help="Compare ops and kernels per occurrence of this range (an iteration marker: NVTX "
+    "message or record_function name); default per request, else per second of span.",
+)
+@click.option(
+    "--min-change",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    metavar="PCT",
+    help="Per-call changes below PCT % of the time per call before are 'same'.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @stage_option
 @cache_dir_option
 @refresh_option
 def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
             candidate_runs: tuple[Path, ...], output: Path | None, fmt: str | None,
-            force: bool, stage_rules: tuple[str, ...], refresh: bool) -> None:  # fmt: skip
-    """Compare a baseline with a candidate: stage latency (p50/p90/p99/mean), throughput,
-    GPU busy, and ops/kernels that grew, shrank, appeared or vanished.
+            per: str | None, min_change: float, force: bool, stage_rules: tuple[str, ...],
+            refresh: bool) -> None:  # fmt: skip
+    """Compare a baseline with a candidate: a headline naming the changes that matter, stage
+    latency (p50/p90/p99/mean), throughput, GPU busy per device, and ops/kernels compared per
+    call, each change split into more calls and slower calls, per unit of work.
 
     BASELINE and CANDIDATE are each a trace, a run folder, or a folder of run folders; with
     several runs per side the change is weighed against a bootstrap and the run-to-run
@@ -79,7 +96,8 @@ def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
         check_output(output, input_files([baseline, candidate, *baseline_runs,
                                           *candidate_runs]), force)  # fmt: skip
     result = diff_runs([baseline, *baseline_runs], [candidate, *candidate_runs],
-                       stage_rules=parse_stage_rules(stage_rules), refresh=refresh)  # fmt: skip
+                       stage_rules=parse_stage_rules(stage_rules), refresh=refresh,
+                       min_change=min_change / 100, per=per)  # fmt: skip
     text = render(result, fmt)
     if output is None:
         sys.stdout.write(text)

@@ -8,12 +8,26 @@ from typing import Any
 
 import click
 
-from tracekit.errors import ConfigError
-from tracekit.stages import StageRule, parse_rule
+from tracekit.stages import StageRule, depth_rule, parse_rule
+
+
+def _remember_depth(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
+    ctx.meta["tracekit.stage_depth"] = value
 
 
 def stage_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """`--stage NAME=REGEX`, repeatable: stages for traces recorded without tracekit."""
+    """`--stage NAME=REGEX`, repeatable: stages for traces recorded without tracekit; and
+    `--stage-depth N` for the stages inferred when a trace has none (read back by
+    parse_stage_rules, so commands need no extra parameter)."""
+    f = click.option(
+        "--stage-depth",
+        type=click.IntRange(min=1),
+        expose_value=False,
+        callback=_remember_depth,
+        metavar="N",
+        help="For traces without stages: infer them at this depth of the nn.Module tree "
+        "(or of the NVTX ranges / ops) under each request (default: chosen from the trace).",
+    )(f)
     return click.option(
         "--stage",
         "stage_rules",
@@ -49,13 +63,19 @@ def refresh_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def parse_stage_rules(texts: tuple[str, ...]) -> list[StageRule] | None:
-    """None when no --stage was given (then tracekit.toml applies)."""
-    if not texts:
+    """None when neither --stage nor --stage-depth was given (then tracekit.toml applies)."""
+    ctx = click.get_current_context(silent=True)
+    depth = ctx.meta.get("tracekit.stage_depth") if ctx else None
+    if not texts and depth is None:
         return None
-    try:
-        return [parse_rule(t) for t in texts]
-    except ConfigError:
-        raise
+    rules = [parse_rule(t) for t in texts] if texts else None
+    if depth is None:
+        return rules
+    if rules is None:  # only --stage-depth: tracekit.toml's rules still apply
+        from tracekit.stages import load_config_rules
+
+        rules = load_config_rules(Path.cwd())
+    return [*rules, depth_rule(depth)]
 
 
 def format_option(choices: tuple[str, ...], default: str) -> Callable[..., Any]:
@@ -67,3 +87,15 @@ def format_option(choices: tuple[str, ...], default: str) -> Callable[..., Any]:
         show_default=True,
         help="Output format.",
     )
+
+
+def engine_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--engine duckdb|spark`: Spark reads Parquet export folders (docs/export.md)."""
+    return click.option(
+        "--engine",
+        type=click.Choice(("duckdb", "spark")),
+        default="duckdb",
+        show_default=True,
+        help="spark: run on Spark over Parquet export folders (`tracekit export --parquet`; "
+        "needs the spark extra and Java).",
+    )(f)

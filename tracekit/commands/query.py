@@ -9,12 +9,13 @@ import click
 
 from tracekit.commands.options import (
     cache_dir_option,
+    engine_option,
     parse_stage_rules,
     refresh_option,
     stage_option,
 )
 from tracekit.errors import QueryError
-from tracekit.output import FORMATS, write_result
+from tracekit.output import FORMATS, render_result
 
 
 @click.command("query")
@@ -33,6 +34,7 @@ from tracekit.output import FORMATS, write_result
 @stage_option
 @cache_dir_option
 @refresh_option
+@engine_option
 def command(
     name: str | None,
     source: tuple[Path, ...],
@@ -42,6 +44,7 @@ def command(
     fmt: str,
     stage_rules: tuple[str, ...],
     refresh: bool,
+    engine: str,
 ) -> None:
     """Run a named query from the catalogue (docs/queries.md) over traces or stores."""
     from tracekit.sql import all_queries, load_query
@@ -56,8 +59,13 @@ def command(
     if not name:
         raise QueryError("give a query NAME (see `tracekit query --list`)")
     q = load_query(name)
-    if show:
-        click.echo(q.text)
+    if show:  # with --engine spark: the Spark SQL that would run
+        if engine == "spark":
+            from tracekit.spark_sql import to_spark
+
+            click.echo(to_spark(q.text, pretty=True))
+        else:
+            click.echo(q.text)
         return
     if not source:
         raise QueryError(f"query {name}: give at least one TRACE or store")
@@ -67,10 +75,10 @@ def command(
         if not sep:
             raise QueryError(f"--param {item!r}: expected KEY=VALUE")
         values[key.strip()] = value
-    import tracekit
+    from tracekit.traceset import open_engine
 
-    with tracekit.open(
-        list(source), stage_rules=parse_stage_rules(stage_rules), refresh=refresh
+    with open_engine(
+        engine, list(source), stage_rules=parse_stage_rules(stage_rules), refresh=refresh
     ) as traces:
         df = traces.query(name, **values)
-    write_result(df, fmt, sys.stdout.buffer if fmt == "parquet" else sys.stdout)
+    sys.stdout.buffer.write(render_result(df, fmt))

@@ -8,6 +8,7 @@ import click
 
 from tracekit.commands.options import (
     cache_dir_option,
+    engine_option,
     format_option,
     parse_stage_rules,
     stage_option,
@@ -35,6 +36,7 @@ from tracekit.commands.options import (
 )
 @stage_option
 @cache_dir_option
+@engine_option
 def command(
     source: tuple[Path, ...],
     output: Path | None,
@@ -42,6 +44,7 @@ def command(
     force: bool,
     top_n: int,
     stage_rules: tuple[str, ...],
+    engine: str,
 ) -> None:
     """Write a report: end-to-end latency split by stage, findings, top ops and kernels, GPU
     busy/idle and copies, one section per trace (docs/report.md)."""
@@ -54,6 +57,7 @@ def command(
         force=force,
         stage_rules=parse_stage_rules(stage_rules),
         top_n=top_n,
+        engine=engine,
     )
     if str(path) != "-":
         click.echo(f"Wrote {path}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from tracekit.compare.budgets import Budget, parse_budget, parse_budget_file
 from tracekit.compare.check import CheckResult, run_check
 from tracekit.compare.diff import DiffResult, diff_runs
-from tracekit.compare.metrics import RunMetrics, extract_metrics, load_side
+from tracekit.compare.metrics import RunMetrics, extract_run, load_side
 
 __all__ = [
-    "Budget", "CheckResult", "DiffResult", "RunMetrics", "diff_runs", "extract_metrics",
+    "Budget", "CheckResult", "DiffResult", "RunMetrics", "diff_runs", "extract_run",
     "load_side", "parse_budget", "parse_budget_file", "run_check",
 ]  # fmt: skip

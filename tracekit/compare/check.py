@@ -39,6 +39,7 @@ class KernelOutcome:
 @dataclass(frozen=True)
 class CheckResult:
     outcomes: tuple[Outcome | KernelOutcome, ...]
+    views: tuple[str, ...] = ()  # per run measured: which trace gave which figures
 
     @property
     def passed(self) -> bool:
@@ -81,7 +82,8 @@ def run_check(trace: str | Path, budgets: Sequence[Budget], baseline: str | Path
     if baseline is not None:
         base, _ = load_side(expand_runs(baseline), str(baseline), stage_rules, refresh,
                             per_run=False)  # fmt: skip
-    return check_metrics(metrics, budgets, base, top_kernels)
+    result = check_metrics(metrics, budgets, base, top_kernels)
+    return CheckResult(result.outcomes, metrics.views)
 
 
 def write_junit(result: CheckResult, path: Path, suite: str = "tracekit check") -> None:

@@ -1,22 +1,38 @@
 """Metric extraction for diff/check: stage latency, ops, kernels, GPU busy, throughput.
 
-Every figure comes from the `queries/compare_*.sql` files run over the store tables (stages,
-requests, events, traces), so users can reproduce any number by hand with `tracekit query`.
+Every figure comes from the `queries/compare_*.sql` and `gpu_busy_by_device` files run over
+the store tables (stages, requests, events, traces), so users can reproduce any number by
+hand with `tracekit query`. A run seen by two tools (the nsys and Kineto traces of one
+capture) is one run: each group of figures is read from one of its views (tracekit.compare.views).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from tracekit.errors import TraceFormatError
+from tracekit.compare.views import RunViews, expand_runs, run_views
 from tracekit.stages import StageRule
-from tracekit.traceset import TraceSet, find_traces, open_traces
+from tracekit.traceset import TraceSet, open_traces
 
 STAGE_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms", "share", "count")
+
+__all__ = [
+    "STAGE_METRICS",
+    "DeviceBusy",
+    "ItemStats",
+    "RunMetrics",
+    "StageStats",
+    "expand_runs",
+    "extract_run",
+    "load_side",
+    "pool",
+]
 
 
 @dataclass(frozen=True)
@@ -38,13 +54,72 @@ class StageStats:
 
 
 @dataclass(frozen=True)
+class Calls:
+    """Calls of one op or kernel (on one device): count, summed time and squared time."""
+
+    count: float  # per run
+    total_ms: float  # per run
+    sq_ms2: float  # per run: sum of squared durations, ms²
+
+    @property
+    def mean_ms(self) -> float:
+        return self.total_ms / self.count if self.count else 0.0
+
+    @property
+    def var_ms2(self) -> float:
+        """Sample variance of one call's time (0 for fewer than 2 calls)."""
+        n = self.count
+        if n < 2:
+            return 0.0
+        return max(self.sq_ms2 / n - self.mean_ms**2, 0.0) * n / (n - 1)
+
+
+@dataclass(frozen=True)
 class ItemStats:
-    """An op (name + input shapes) or kernel (name, shape '') with its count and total time."""
+    """An op (name + input shapes; inclusive times) or kernel (shape '') per run."""
 
     name: str
     shape: str
-    count: float
-    total_ms: float
+    calls: Calls
+    max_ms: float = 0.0
+    self_ms: float | None = None  # ops: self time (no direct children) per run
+    devices: tuple[tuple[str, Calls], ...] = ()  # kernels: per device label
+
+    @property
+    def count(self) -> float:
+        return self.calls.count
+
+    @property
+    def total_ms(self) -> float:
+        return self.calls.total_ms
+
+    @property
+    def mean_ms(self) -> float:
+        return self.calls.mean_ms
+
+
+@dataclass(frozen=True)
+class DeviceBusy:
+    """GPU busy time of one device (the union of its kernel/memcpy/memset intervals), per run.
+    device 'all' sums the devices (device-time: the report's trace figure)."""
+
+    device: str
+    busy_ms: float
+    span_ms: float
+
+    @property
+    def utilization(self) -> float | None:
+        return self.busy_ms / self.span_ms if self.span_ms > 0 else None
+
+
+@dataclass(frozen=True)
+class Work:
+    """How much work a group of figures covers, per run: requests, trace span, and the
+    ranges named by `diff --per NAME` (iterations; 0 when not asked)."""
+
+    requests: float
+    span_ms: float
+    iterations: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -58,13 +133,18 @@ class RunMetrics:
     label: str
     runs: tuple[str, ...]
     stages: tuple[StageStats, ...]
-    ops: tuple[ItemStats, ...]
-    kernels: tuple[ItemStats, ...]
-    requests: int
+    ops: tuple[ItemStats, ...]  # by inclusive time per run, largest first
+    kernels: tuple[ItemStats, ...]  # by total per run, largest first
+    requests: int  # all runs
     request_ms: float  # summed request wall time, all runs
-    span_ms: float  # summed trace span, all runs
-    gpu_busy_ms: float  # per run
+    span_ms: float  # summed trace span of the request views, all runs
+    gpu_busy_ms: float  # per run, device-time: the devices' busy times summed
     gpu_devices: int
+    devices: tuple[DeviceBusy, ...] = ()  # per device, then 'all'
+    gpu_work: Work = Work(0, 0)  # the work the kernel figures cover (per run)
+    ops_work: Work = Work(0, 0)
+    views: tuple[str, ...] = ()  # one line per run: which trace gave which figures
+    gpu_names: tuple[str, ...] = ()  # GPU models the GPU view's traces record
     samples: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     def stage(self, name: str) -> StageStats | None:
@@ -82,83 +162,232 @@ class RunMetrics:
 
     @property
     def gpu_utilization(self) -> float | None:
-        """GPU busy / (span x devices with activity)."""
-        n = len(self.runs) or 1
-        window = self.span_ms / n * max(self.gpu_devices, 1)
-        return self.gpu_busy_ms / window if window > 0 and self.gpu_devices else None
+        """GPU busy (device-time) / (span of the GPU view x devices): the devices' mean."""
+        span = self.gpu_work.span_ms * self.gpu_devices
+        return self.gpu_busy_ms / span if span > 0 else None
 
 
-def expand_runs(path: str | Path) -> list[Path]:
-    """One input → its runs: a trace/store file or a run folder is one run; a folder with
-    no traces of its own whose subfolders hold traces is a folder of runs (sorted)."""
-    p = Path(path)
-    if not p.exists():
-        raise TraceFormatError(f"{p}: no such file or directory")
-    if not p.is_dir():
-        return [p]
+def _rows(ts: TraceSet, name: str) -> list[dict[str, Any]]:
+    return ts.query(name).to_dicts()
+
+
+def _stage_part(ts: TraceSet) -> tuple[tuple[StageStats, ...], dict[str, np.ndarray]]:
+    stats = _rows(ts, "compare_stage_stats")
+    samples: dict[str, list[float]] = defaultdict(list)
+    for r in _rows(ts, "compare_stage_samples"):
+        samples[str(r["stage"])].append(r["dur_ns"] / 1e6)
+    return (
+        tuple(StageStats(**{k: r[k] for k in StageStats.__dataclass_fields__}) for r in stats),
+        {k: np.asarray(v, dtype=np.float64) for k, v in samples.items()},
+    )
+
+
+def _kernels(rows: list[dict[str, Any]], multi_trace: bool) -> tuple[ItemStats, ...]:
+    by_name: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    maxes: dict[str, float] = defaultdict(float)
+    for r in rows:
+        dev = f"GPU {r['device']}" if r["device"] >= 0 else "GPU ?"
+        if multi_trace:
+            dev = f"trace {r['trace_id']} {dev}"
+        acc = by_name[r["name"]].setdefault(dev, [0.0, 0.0, 0.0])
+        acc[0] += r["count"]
+        acc[1] += r["total_ms"]
+        acc[2] += r["sq_ms2"]
+        maxes[r["name"]] = max(maxes[r["name"]], r["max_ms"])
+    out = []
+    for name, devs in by_name.items():
+        per = tuple((d, Calls(*v)) for d, v in sorted(devs.items()))
+        total = Calls(*(sum(c[k] for c in devs.values()) for k in range(3)))
+        out.append(ItemStats(name, "", total, maxes[name], None, per))
+    out.sort(key=lambda i: (-i.total_ms, i.name))
+    return tuple(out)
+
+
+def _ops(rows: list[dict[str, Any]]) -> tuple[ItemStats, ...]:
+    acc: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        a = acc.setdefault((r["name"], r["shape"]), [0.0, 0.0, 0.0, 0.0, 0.0])
+        a[0] += r["count"]
+        a[1] += r["total_ms"]
+        a[2] += r["sq_ms2"]
+        a[3] = max(a[3], r["max_ms"])
+        a[4] += r["self_ms"]
+    out = [ItemStats(n, s, Calls(a[0], a[1], a[2]), a[3], a[4]) for (n, s), a in acc.items()]
+    out.sort(key=lambda i: (-i.total_ms, i.name, i.shape))
+    return tuple(out)
+
+
+def _work(ts: TraceSet, per: str | None) -> Work:
+    overview = _rows(ts, "compare_gpu_busy")
+    its = sum(r["ranges"] for r in ts.query("range_count", range_name=per).to_dicts()) if per else 0
+    return Work(sum(r["requests"] for r in overview), sum(r["span_ms"] for r in overview), its)
+
+
+def _mean_work(works: Sequence[Work], n: int) -> Work:
+    return Work(
+        sum(w.requests for w in works) / n,
+        sum(w.span_ms for w in works) / n,
+        sum(w.iterations for w in works) / n,
+    )
+
+
+def _busy(rows: list[dict[str, Any]], multi_trace: bool) -> tuple[DeviceBusy, ...]:
+    acc: dict[str, list[float]] = {}
+    for r in rows:
+        if r["device"] is None:
+            dev = "all"
+        else:
+            dev = f"GPU {r['device']}" if r["device"] >= 0 else "GPU ?"
+            if multi_trace:
+                dev = f"trace {r['trace_id']} {dev}"
+        a = acc.setdefault(dev, [0.0, 0.0])
+        a[0] += r["busy_ms"]
+        a[1] += r["span_ms"] or 0.0
+    order = sorted(acc, key=lambda d: (d == "all", d))
+    return tuple(DeviceBusy(d, acc[d][0], acc[d][1]) for d in order)
+
+
+def extract_run(
+    views: RunViews,
+    label: str = "",
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+    per: str | None = None,
+) -> RunMetrics:
+    """Metrics of one run, each group of figures read from the run's view for it."""
+    opened: dict[tuple[Path, ...], TraceSet] = {}
+
+    def ts(paths: tuple[Path, ...]) -> TraceSet:
+        if paths not in opened:
+            opened[paths] = open_traces(list(paths), stage_rules=stage_rules, refresh=refresh)
+        return opened[paths]
+
     try:
-        find_traces(p)
-        return [p]
-    except TraceFormatError:
-        pass
-    runs = []
-    for sub in sorted(q for q in p.iterdir() if q.is_dir()):
-        try:
-            find_traces(sub)
-        except TraceFormatError:
-            continue
-        runs.append(sub)
-    if not runs:
-        raise TraceFormatError(f"{p}: no trace files here nor in its subfolders (runs)")
-    return runs
-
-
-def extract_metrics(traces: TraceSet, label: str = "", runs: Sequence[str] = (),
-                    n_runs: int = 1) -> RunMetrics:  # fmt: skip
-    """Metrics over every trace in `traces`; per-run figures are divided by `n_runs`."""
-    stats = traces.query("compare_stage_stats")
-    samples_df = traces.query("compare_stage_samples")
-    ops = traces.query("compare_ops")
-    kernels = traces.query("compare_kernels")
-    gpu = traces.query("compare_gpu_busy")
-    samples = {
-        str(stage): np.asarray(part["dur_ns"].to_numpy(), dtype=np.float64) / 1e6
-        for (stage,), part in samples_df.partition_by("stage", as_dict=True).items()
-    }
-    n = max(n_runs, 1)
+        stages, samples = _stage_part(ts(views.requests))
+        req = _rows(ts(views.requests), "compare_gpu_busy")
+        gpu_over = _rows(ts(views.gpu), "compare_gpu_busy")
+        multi = len(gpu_over) > 1
+        kernels = _kernels(_rows(ts(views.gpu), "compare_kernels"), multi)
+        busy = _busy(_rows(ts(views.gpu), "gpu_busy_by_device"), multi)
+        ops_over = _rows(ts(views.ops), "compare_ops")
+        ops_work = _work(ts(views.ops), per)
+        gpu_work = _work(ts(views.gpu), per)
+    finally:
+        for t in opened.values():
+            t.close()
     return RunMetrics(
         label=label,
-        runs=tuple(runs),
-        stages=tuple(
-            StageStats(**{k: r[k] for k in StageStats.__dataclass_fields__})
-            for r in stats.to_dicts()
-        ),  # fmt: skip
-        ops=tuple(
-            ItemStats(r["name"], r["shape"], r["count"] / n, r["total_ms"] / n)
-            for r in ops.to_dicts()
-        ),  # fmt: skip
-        kernels=tuple(
-            ItemStats(r["name"], "", r["count"] / n, r["total_ms"] / n) for r in kernels.to_dicts()
-        ),  # fmt: skip
-        requests=int(gpu["requests"].sum()),
-        request_ms=float(gpu["request_ms"].sum()),
-        span_ms=float(gpu["span_ms"].sum()),
-        gpu_busy_ms=float(gpu["busy_ms"].sum()) / n,
-        gpu_devices=max((int(v) for v in gpu["devices"].to_list()), default=0),
+        runs=(str(views.run),),
+        stages=stages,
+        ops=_ops(ops_over),
+        kernels=kernels,
+        requests=int(sum(r["requests"] for r in req)),
+        request_ms=float(sum(r["request_ms"] for r in req)),
+        span_ms=float(sum(r["span_ms"] for r in req)),
+        gpu_busy_ms=float(sum(r["busy_ms"] for r in gpu_over)),
+        gpu_devices=sum(int(r["devices"]) for r in gpu_over),
+        devices=busy,
+        gpu_work=gpu_work,
+        ops_work=ops_work,
+        views=tuple(v for v in (views.describe(),) if v),
+        gpu_names=tuple(sorted({n for r in gpu_over for n in r["gpu_names"].split(", ") if n})),
         samples=samples,
     )
 
 
-def load_side(runs: Sequence[str | Path], label: str = "",
-              stage_rules: Sequence[StageRule] | None = None, refresh: bool = False,
-              per_run: bool = True) -> tuple[RunMetrics, tuple[RunMetrics, ...]]:  # fmt: skip
-    """(pooled metrics over all `runs`, per-run metrics when there are several runs)."""
-    names = tuple(str(r) for r in runs)
-    with open_traces(list(runs), stage_rules=stage_rules, refresh=refresh) as ts:
-        pooled = extract_metrics(ts, label, names, len(runs))
-    each: list[RunMetrics] = []
-    if per_run and len(runs) > 1:
-        for r in runs:
-            with open_traces([r], stage_rules=stage_rules, refresh=refresh) as ts:
-                each.append(extract_metrics(ts, str(r), (str(r),), 1))
-    return pooled, tuple(each)
+def _mean_calls(cs: Sequence[Calls], n: int) -> Calls:
+    return Calls(
+        sum(c.count for c in cs) / n, sum(c.total_ms for c in cs) / n, sum(c.sq_ms2 for c in cs) / n
+    )
+
+
+def _pool_items(per_run: Sequence[tuple[ItemStats, ...]], n: int) -> tuple[ItemStats, ...]:
+    groups: dict[tuple[str, str], list[ItemStats]] = defaultdict(list)
+    for items in per_run:
+        for i in items:
+            groups[(i.name, i.shape)].append(i)
+    out = []
+    for (name, shape), its in groups.items():
+        devs: dict[str, list[Calls]] = defaultdict(list)
+        for i in its:
+            for d, c in i.devices:
+                devs[d].append(c)
+        own = [i.self_ms for i in its if i.self_ms is not None]
+        out.append(
+            ItemStats(
+                name,
+                shape,
+                _mean_calls([i.calls for i in its], n),
+                max(i.max_ms for i in its),
+                sum(own) / n if own else None,
+                tuple((d, _mean_calls(c, n)) for d, c in sorted(devs.items())),
+            )
+        )
+    out.sort(key=lambda i: (-i.total_ms, i.name, i.shape))
+    return tuple(out)
+
+
+def _pool_busy(per_run: Sequence[tuple[DeviceBusy, ...]], n: int) -> tuple[DeviceBusy, ...]:
+    acc: dict[str, list[float]] = {}
+    for busy in per_run:
+        for b in busy:
+            a = acc.setdefault(b.device, [0.0, 0.0])
+            a[0] += b.busy_ms
+            a[1] += b.span_ms
+    order = sorted(acc, key=lambda d: (d == "all", d))
+    return tuple(DeviceBusy(d, acc[d][0] / n, acc[d][1] / n) for d in order)
+
+
+def pool(
+    runs: Sequence[RunMetrics],
+    label: str,
+    stages: tuple[StageStats, ...],
+    samples: dict[str, np.ndarray],
+) -> RunMetrics:
+    """One side from its runs: sums of requests, means per run of everything else; stage
+    statistics (over all requests of all runs) are computed by the caller in SQL."""
+    n = len(runs)
+    return RunMetrics(
+        label=label,
+        runs=tuple(r for m in runs for r in m.runs),
+        stages=stages,
+        ops=_pool_items([m.ops for m in runs], n),
+        kernels=_pool_items([m.kernels for m in runs], n),
+        requests=sum(m.requests for m in runs),
+        request_ms=sum(m.request_ms for m in runs),
+        span_ms=sum(m.span_ms for m in runs),
+        gpu_busy_ms=sum(m.gpu_busy_ms for m in runs) / n,
+        gpu_devices=max(m.gpu_devices for m in runs),
+        devices=_pool_busy([m.devices for m in runs], n),
+        gpu_work=_mean_work([m.gpu_work for m in runs], n),
+        ops_work=_mean_work([m.ops_work for m in runs], n),
+        views=tuple(v for m in runs for v in m.views),
+        gpu_names=tuple(sorted({n for m in runs for n in m.gpu_names})),
+        samples=samples,
+    )
+
+
+def load_side(
+    runs: Sequence[str | Path],
+    label: str = "",
+    stage_rules: Sequence[StageRule] | None = None,
+    refresh: bool = False,
+    per_run: bool = True,
+    per: str | None = None,
+) -> tuple[RunMetrics, tuple[RunMetrics, ...]]:
+    """(pooled metrics over all `runs`, per-run metrics when there are several runs).
+
+    Each run counts once: of a run seen by nsys and Kineto, requests and stages come from one
+    view, kernels and GPU busy from one (nsys when it has GPU rows), ops from one. `per`
+    names a range whose occurrences are counted as iterations (diff --per)."""
+    views = [run_views(Path(r), stage_rules, refresh) for r in runs]
+    each = [extract_run(v, str(v.run), stage_rules, refresh, per) for v in views]
+    if len(each) == 1:
+        one = each[0]
+        pooled = pool(each, label, one.stages, one.samples)
+    else:
+        req_files = [p for v in views for p in v.requests]
+        with open_traces(req_files, stage_rules=stage_rules, refresh=refresh) as ts:
+            stages, samples = _stage_part(ts)
+        pooled = pool(each, label, stages, samples)
+    return pooled, (tuple(each) if per_run and len(each) > 1 else ())

@@ -1,6 +1,8 @@
 """Renderers for a DiffResult: markdown, JSON, a terminal table and one offline HTML file.
 
-The renderers only format; every figure is computed by tracekit.compare.diff.
+The renderers only format; every figure is computed by tracekit.compare.diff. Trace strings
+(kernel, op and stage names, shapes, paths) are untrusted: Markdown escapes them
+(md_cell), the terminal table shows control characters as escapes, HTML autoescapes.
 """
 
 from __future__ import annotations
@@ -8,12 +10,36 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import textwrap
 from typing import Any
 
-from tracekit.compare.diff import DiffResult, ItemDelta, MetricDelta
+from tracekit.compare.diff import DiffResult, MetricDelta
+from tracekit.compare.headline import short_name
+from tracekit.compare.items import ItemDelta, Unit
 
 RENDER_FORMATS = ("table", "md", "json", "html")
 TOP_ITEMS = 15
+TABLE_NAME = 70
+WRAP = 100  # headline lines in the terminal table
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def md_cell(value: object) -> str:
+    """Untrusted text as inert Markdown on one line (a table cell): no HTML, no links or
+    images (their brackets are escaped), no emphasis or code, no pipes, no newlines. `<>&`
+    become entities, ``\\ ` * _ [ ] | ~`` are backslash-escaped, whitespace runs (newlines
+    included) become one space."""
+    text = " ".join(str(value).split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def term_text(value: object) -> str:
+    """Untrusted text for a terminal: control characters (ESC ...) shown as \\xNN."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def _num(v: float | None, digits: int = 3) -> str:
@@ -26,12 +52,16 @@ def _count(v: float) -> str:
     return f"{int(v):,}" if v == int(v) else f"{v:,.1f}"
 
 
-def _ratio(v: float | None) -> str:
-    return "–" if v is None else f"×{v:.3f}"
-
-
 def _signed(v: float | None, digits: int = 3) -> str:
     return "–" if v is None else f"{v:+,.{digits}f}"
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None or not math.isfinite(v) else f"{v * 100:+.1f}%"
+
+
+def _rel(m: MetricDelta) -> float | None:
+    return m.delta / m.before if m.delta is not None and m.before else None
 
 
 def _noise(m: MetricDelta) -> str:
@@ -43,47 +73,175 @@ def _noise(m: MetricDelta) -> str:
     return f"95% CI [{_signed(n.ci_low)}, {_signed(n.ci_high)}]{spread}: {verdict}"
 
 
-def _stage_rows(d: DiffResult) -> list[list[str]]:
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One table cell: `text` shown, `sort` key (numbers sort numerically), `title` on hover
+    (the full name where `text` is shortened)."""
+
+    text: str
+    sort: str = ""
+    title: str = ""
+    name: bool = False  # an untrusted trace string (escaped per format)
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """A table: its title, a note under it, column labels (numeric ones right-aligned)."""
+
+    id: str
+    title: str
+    columns: tuple[tuple[str, bool], ...]
+    rows: tuple[tuple[Cell, ...], ...]
+    note: str = ""
+
+
+def _n(v: float | None, digits: int = 3, signed: bool = False) -> Cell:
+    text = _signed(v, digits) if signed else _num(v, digits)
+    return Cell(text, "" if v is None else repr(float(v)))
+
+
+def _c(v: float) -> Cell:
+    return Cell(_count(v), repr(float(v)))
+
+
+def _stage_section(d: DiffResult) -> Section:
     rows = []
     for s in d.stages:
         for m in s.metrics:
-            rows.append([s.stage, m.metric, _num(m.before), _num(m.after), _signed(m.delta),
-                         _ratio(m.ratio), _noise(m)])  # fmt: skip
-    return rows
+            rows.append(
+                (
+                    Cell(s.stage, s.stage, name=True),
+                    Cell(m.metric),
+                    _n(m.before),
+                    _n(m.after),
+                    _n(m.delta, signed=True),
+                    Cell(_pct(_rel(m)), repr(_rel(m) or 0.0)),
+                    Cell(_noise(m)),
+                )
+            )
+    cols = (
+        ("stage", False),
+        ("metric", False),
+        ("before", True),
+        ("after", True),
+        ("delta", True),
+        ("change", True),
+        ("noise", False),
+    )
+    note = (
+        "Per request, in ms. `end_to_end` is the request's duration, `unattributed` the "
+        "part no stage covers."
+    )
+    return Section("stages", "Stages (ms per request)", cols, tuple(rows), note)
 
 
-def _item_rows(items: tuple[ItemDelta, ...], shape: bool) -> list[list[str]]:
+def _gpu_section(d: DiffResult) -> Section:
     rows = []
-    for i in [i for i in items if i.status != "unchanged"][:TOP_ITEMS]:
-        row = [i.status, i.name] + ([i.shape] if shape else [])
-        row += [_count(i.before_count), _count(i.after_count), _num(i.before_ms),
-                _num(i.after_ms), _signed(i.delta_ms), _ratio(i.ratio)]  # fmt: skip
-        rows.append(row)
-    return rows
+    for dev in d.devices:
+        label = "all GPUs (sum of devices)" if dev.device == "all" else dev.device
+        u = dev.utilization
+        rows.append(
+            (
+                Cell(label),
+                _n(dev.busy.before),
+                _n(dev.busy.after),
+                _n(dev.busy.delta, signed=True),
+                Cell(_num_pct(u.before), repr(u.before or 0.0)),
+                Cell(_num_pct(u.after), repr(u.after or 0.0)),
+            )
+        )
+    cols = (
+        ("device", False),
+        ("busy ms before", True),
+        ("busy ms after", True),
+        ("delta ms", True),
+        ("busy share before", True),
+        ("busy share after", True),
+    )
+    note = (
+        "GPU busy of a device = length of the union of its kernel, memcpy and memset "
+        "intervals (streams overlap: never a plain sum), per run; share = busy / trace span. "
+        "'all GPUs' sums the devices (device-time, as the report counts it); its share is "
+        "busy / (span x devices)."
+    )
+    return Section("gpu", "GPU busy per device", cols, tuple(rows), note)
 
 
-def _summary_rows(d: DiffResult) -> list[list[str]]:
-    labels = {"rps_request_time": "requests/s (of summed request time)",
-              "rps_span": "requests/s (of trace span)", "gpu_busy_ms": "GPU busy ms (per run)",
-              "gpu_utilization": "GPU utilization"}  # fmt: skip
-    return [[labels[m.metric], _num(m.before), _num(m.after), _signed(m.delta), _ratio(m.ratio)]
-            for m in d.throughput + d.gpu]  # fmt: skip
+def _num_pct(v: float | None) -> str:
+    return "–" if v is None else f"{v * 100:.1f}%"
 
 
-STAGE_HEAD = ["stage", "metric", "before", "after", "delta", "ratio", "noise"]
-SUMMARY_HEAD = ["", "before", "after", "delta", "ratio"]
-ITEM_TAIL = ["count before", "count after", "ms before", "ms after", "delta ms", "ratio"]
+def _throughput_section(d: DiffResult) -> Section:
+    labels = {
+        "rps_request_time": "requests/s (of summed request time)",
+        "rps_span": "requests/s (of trace span)",
+    }
+    rows = tuple(
+        (
+            Cell(labels[m.metric]),
+            _n(m.before),
+            _n(m.after),
+            _n(m.delta, signed=True),
+            Cell(_pct(_rel(m)), repr(_rel(m) or 0.0)),
+        )
+        for m in d.throughput
+    )
+    cols = (("", False), ("before", True), ("after", True), ("delta", True), ("change", True))
+    return Section("throughput", "Throughput", cols, rows if d.baseline.requests else ())
 
 
-def tables(d: DiffResult) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) for each section, shared by the md, table and html renderers."""
-    return [
-        ("Stages (ms across requests)", STAGE_HEAD, _stage_rows(d)),
-        ("Throughput and GPU", SUMMARY_HEAD, _summary_rows(d)),
-        ("Ops that changed (by name and input shapes)", ["change", "op", "shape"] + ITEM_TAIL,
-         _item_rows(d.ops, True)),
-        ("Kernels that changed", ["change", "kernel"] + ITEM_TAIL, _item_rows(d.kernels, False)),
-    ]  # fmt: skip
+def _item_section(items: tuple[ItemDelta, ...], unit: Unit, kind: str, shape: bool) -> Section:
+    rows = []
+    seen: dict[tuple[str, str], int] = {}
+    for i in items[:TOP_ITEMS]:
+        short = short_name(i.name, TABLE_NAME)
+        n = seen[(short, i.shape)] = seen.get((short, i.shape), 0) + 1
+        if n > 1:  # two names that shorten alike stay apart
+            short += f" #{n}"
+        row = [Cell(i.status), Cell(short, i.name, i.name if short != i.name else "", True)]
+        if shape:
+            row.append(Cell(short_name(i.shape, 40), i.shape, i.shape, True))
+        row += [
+            _c(i.before_count),
+            _c(i.after_count),
+            _n(i.before_mean_ms, 4),
+            _n(i.after_mean_ms, 4),
+            Cell(_pct(i.per_call_change), repr(i.per_call_change or 0.0)),
+            _n(i.delta_ms, signed=True),
+            _n(i.count_part_ms, signed=True),
+            _n(i.time_part_ms, signed=True),
+            _n(i.weight_ms, signed=True),
+        ]
+        rows.append(tuple(row))
+    cols = [("change", False), (kind, False)] + ([("shape", False)] if shape else [])
+    cols += [
+        ("calls before", True),
+        ("calls after", True),
+        ("ms/call before", True),
+        ("ms/call after", True),
+        ("per call", True),
+        ("Δ total ms", True),
+        ("from calls", True),
+        ("from ms/call", True),
+        (f"ms {unit.label}", True),
+    ]
+    what = "inclusive time" if kind == "op" else "time"
+    note = (
+        f"Per run; {what} per call. Δ total = from calls (Δcalls × ms/call before) + from "
+        f"ms/call (calls after × Δms/call). Ranked by what the per-call change adds "
+        f"{unit.label} (last column; the whole change for rows that appeared or vanished). "
+        f"{len(items) - min(len(items), TOP_ITEMS)} more rows in --format json."
+    )
+    title = f"{kind.capitalize()}s compared per call"
+    return Section(f"{kind}s", title, tuple(cols), tuple(rows), note)
+
+
+def sections(d: DiffResult) -> list[Section]:
+    """The tables every format shows, in order."""
+    out = [_stage_section(d), _throughput_section(d), _gpu_section(d)]
+    out.append(_item_section(d.kernels, d.kernels_unit, "kernel", False))
+    out.append(_item_section(d.ops, d.ops_unit, "op", True))
+    return out
 
 
 def _heading(d: DiffResult) -> str:
@@ -94,34 +252,87 @@ def _heading(d: DiffResult) -> str:
     )
 
 
+def _views(d: DiffResult) -> list[str]:
+    return [
+        f"{side}: {v}"
+        for side, s in (("baseline", d.baseline), ("candidate", d.candidate))
+        for v in s.views
+    ]
+
+
+def _unit_line(d: DiffResult) -> str:
+    k, o = d.kernels_unit, d.ops_unit
+    if k == o:
+        amounts = f"{_amount(k.before)} vs {_amount(k.after)} per run"
+        return f"Kernels and ops compared per {k.name} ({amounts})."
+    return (
+        f"Kernels compared per {k.name} ({_amount(k.before)} vs {_amount(k.after)} per run), "
+        f"ops per {o.name} ({_amount(o.before)} vs {_amount(o.after)} per run)."
+    )
+
+
+def _amount(v: float) -> str:
+    return _count(v) if v == int(v) else f"{v:,.3f}"
+
+
 def render_md(d: DiffResult) -> str:
-    out = ["# tracekit diff", "", _heading(d), ""]
-    for title, head, rows in tables(d):
-        out += [f"## {title}", ""]
-        if not rows:
+    """Markdown. Sentences and cells that carry trace strings go through md_cell; the
+    section titles, column labels and notes are tracekit's own text."""
+    h = d.headline
+    out = ["# tracekit diff", "", md_cell(h.context), ""]
+    if h.entries:
+        out += [f"- {md_cell(e)}" for e in h.entries] + [""]
+    out += [md_cell(h.note), "", md_cell(_heading(d)), ""]
+    if _views(d):
+        out += [f"- {md_cell(v)}" for v in _views(d)] + [""]
+    out += [md_cell(_unit_line(d)), ""]
+    for sec in sections(d):
+        out += [f"## {sec.title}", ""]
+        if not sec.rows:
             out += ["(none)", ""]
             continue
-        out.append("| " + " | ".join(head) + " |")
-        out.append("|" + "|".join("---" for _ in head) + "|")
-        for r in rows:
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
-        out.append("")
+        out.append("| " + " | ".join(c for c, _ in sec.columns) + " |")
+        out.append("|" + "|".join("---:" if num else "---" for _, num in sec.columns) + "|")
+        for r in sec.rows:
+            out.append("| " + " | ".join(md_cell(c.text) if c.name else c.text for c in r) + " |")
+        out += ["", sec.note, ""] if sec.note else [""]
     return "\n".join(out)
 
 
+def _wrap(text: str, lead: str) -> list[str]:
+    return textwrap.wrap(
+        term_text(text),
+        WRAP,
+        initial_indent=lead,
+        subsequent_indent=" " * len(lead),
+        break_on_hyphens=False,
+    )
+
+
 def render_table(d: DiffResult) -> str:
-    out = [_heading(d)]
-    for title, head, rows in tables(d):
-        out += ["", title]
-        if not rows:
+    h = d.headline
+    out = _wrap(h.context, "") + [x for e in h.entries for x in _wrap(e, "  * ")]
+    out += _wrap(h.note, "") + ["", term_text(_heading(d))]
+    out += [f"  {term_text(v)}" for v in _views(d)] + [_unit_line(d)]
+    for sec in sections(d):
+        out += ["", sec.title]
+        if not sec.rows:
             out.append("(none)")
             continue
-        cells = [head] + [[c if len(c) <= 60 else c[:59] + "…" for c in r] for r in rows]
+        head = [c for c, _ in sec.columns]
+        cells = [head] + [[term_text(c.text) for c in r] for r in sec.rows]
         widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+        right = [num for _, num in sec.columns]
         for k, r in enumerate(cells):
-            out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+            line = "  ".join(
+                c.rjust(w) if right[i] and k else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+            out.append(line.rstrip())
             if k == 0:
                 out.append("  ".join("-" * w for w in widths))
+        if sec.note:
+            out.append(sec.note)
     return "\n".join(out) + "\n"
 
 
@@ -137,26 +348,25 @@ def _clean(v: Any) -> Any:
 
 def to_dict(d: DiffResult) -> dict[str, Any]:
     """The whole result as plain JSON-able data (every op and kernel, unchanged included)."""
-    data: dict[str, Any] = _clean(dataclasses.asdict(d))
-    data["format"] = "tracekit-diff/1"
+    body: dict[str, Any] = _clean(dataclasses.asdict(d))
+    data: dict[str, Any] = {"format": "tracekit-diff/2", "headline": body.pop("headline")}
+    data.update(body)
     return data
 
 
 def render_json(d: DiffResult) -> str:
-    return json.dumps(to_dict(d), sort_keys=True, indent=2) + "\n"
+    """JSON with the format and the headline first, then the fields in DiffResult's order."""
+    return json.dumps(to_dict(d), indent=2, allow_nan=False) + "\n"
 
 
 def render_html(d: DiffResult) -> str:
-    import jinja2
+    from tracekit.compare.page import render_page
 
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("tracekit.templates", "."),
-        autoescape=True, undefined=jinja2.StrictUndefined,
-    )  # fmt: skip
-    return env.get_template("diff.html.j2").render(heading=_heading(d), sections=tables(d))
+    return render_page(d, sections(d), _heading(d), _views(d), _unit_line(d))
 
 
 def render(d: DiffResult, fmt: str) -> str:
     """Render in one of RENDER_FORMATS."""
-    return {"md": render_md, "json": render_json, "table": render_table,
-            "html": render_html}[fmt](d)  # fmt: skip
+    return {"md": render_md, "json": render_json, "table": render_table, "html": render_html}[fmt](
+        d
+    )

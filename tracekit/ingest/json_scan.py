@@ -18,13 +18,15 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
-import numpy as np
 import orjson
 
 from tracekit.errors import TraceFormatError
 from tracekit.ingest.bounded_gzip import BoundedGzipFile
+
+if TYPE_CHECKING:  # (numpy is imported where it is used: 0.1-0.2 s at start-up)
+    import numpy as np
 
 BLOCK_BYTES = 16 * 1024 * 1024
 _QUOTE, _BSLASH = ord('"'), ord("\\")
@@ -44,7 +46,7 @@ def open_trace_bytes(path: Path) -> IO[bytes]:
     f = open(path, "rb")
     if f.read(2) == b"\x1f\x8b":
         f.seek(0)
-        return BoundedGzipFile(f, path)
+        return cast(IO[bytes], BoundedGzipFile(f, path))  # (GzipFile is a BufferedIOBase)
     f.seek(0)
     return f
 
@@ -77,6 +79,8 @@ def _real_quotes(a: np.ndarray, data: bytes, escape_pending: bool = False) -> np
     A quote is escaped when preceded by an odd run of backslashes (rare: the loop is fine);
     `escape_pending` says the bytes before `data` ended on an odd run inside a string.
     """
+    import numpy as np  # (lazily: `tracekit sql` on a built store never needs it)
+
     quotes = np.flatnonzero(a == _QUOTE)
     if not len(quotes):
         return quotes
@@ -108,6 +112,8 @@ class _Structure:
 
     def scan(self, block: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (positions, byte values, depth after each) of brackets outside strings."""
+        import numpy as np
+
         a = np.frombuffer(block, dtype=np.uint8)
         quotes = _real_quotes(a, block, self.escape_pending)
         brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
@@ -310,7 +316,7 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     fallocate = _fallocate()
     if fallocate is None:
         return False
-    return fallocate(fd, _FALLOC_PUNCH_HOLE, offset, length) == 0
+    return bool(fallocate(fd, _FALLOC_PUNCH_HOLE, offset, length) == 0)
 
 
 @functools.cache
@@ -350,10 +356,11 @@ def locate_events_array(
     file with the full scanner, which names what is wrong.
     """
     raw = open(path, "rb")
+    owned = True  # we close raw, unless the unzip thread took it over
     try:
         gz = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
-        f: IO[bytes] = BoundedGzipFile(raw, path) if gz else raw
+        f = cast(IO[bytes], BoundedGzipFile(raw, path)) if gz else raw
         head, start = _head(f, path)
         if start < 0:
             return None
@@ -363,7 +370,7 @@ def locate_events_array(
             out = open(scratch, "ab")
             unzip = ScratchGunzip(f, raw, out, path, head, start, result)
             array = EventsArray(scratch, 0, len(head) - start, unzip)
-            raw = None  # (the unzip closes the files)
+            owned = False  # (the unzip closes the files)
             try:
                 unzip.start()
                 return array
@@ -373,7 +380,7 @@ def locate_events_array(
         array = EventsArray(path, start, os.fstat(raw.fileno()).st_size)
         found = _array_end(raw, array, _events_depth(head, start))
     finally:
-        if raw is not None:
+        if owned:
             raw.close()
     top = _top(head, start, found)
     if found is None or top is None:
@@ -444,6 +451,8 @@ def exact_cut(f: IO[bytes], start: int, target: int) -> tuple[int, int] | None:
     """Like likely_cut, but scanned from `start`, where an element begins (outside strings,
     inside the array): the first element end at or after `target` (None when the array ends
     first)."""
+    import numpy as np
+
     st = _Structure()
     st.depth = 1  # inside the array, outside any string
     f.seek(start)
@@ -520,6 +529,8 @@ def _array_end_from_tail(tail: bytes, events_depth: int) -> int:
     leftmost one that takes the depth from events_depth - 1 to events_depth with no return to
     events_depth - 1 further left (its '[' lies before the tail). Returns -1 if none.
     """
+    import numpy as np
+
     a = np.frombuffer(tail, dtype=np.uint8)
     quotes = _real_quotes(a, tail)
     brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
@@ -550,6 +561,8 @@ def _position(f: IO[bytes]) -> Callable[[], int]:
 def _iter(f: IO[bytes], path: Path, result: ScanResult, block_bytes: int,
           tell: Callable[[], int] | None = None,
           progress: Callable[[int], None] | None = None) -> Iterator[bytes]:  # fmt: skip
+    import numpy as np
+
     st = _Structure()
     prefix = bytearray()  # document bytes before the events array
     pending = b""  # bytes of the array not yet handed out
@@ -660,6 +673,8 @@ def _find_events_array(
     path: Path,
 ) -> tuple[int, int, str]:
     """Locate the '[' of traceEvents (or of the root array). Returns (-1, -1, '') if not yet."""
+    import numpy as np
+
     if len(positions) == 0:
         return -1, -1, ""
     if not prefix:

@@ -20,6 +20,7 @@ import orjson
 from tracekit.ingest.common import (
     STAGING_TABLE,
     EventWriter,
+    IngestStats,
     TraceInfo,
     add_thread,
     insert_many,
@@ -177,7 +178,6 @@ def _scratch_file(prefix: Path | None) -> Iterator[Path]:
                 own_dir.rmdir()
 
 
-_RARE_BATCH = 50_000
 # Constants of this module only (never trace data), so they can be SQL literals.
 _KIND_CASE = (
     "CASE x.cat_l "
@@ -187,6 +187,12 @@ _KIND_CASE = (
 _CLEANUP = (
     "DROP VIEW IF EXISTS _kineto_placed",
     "DROP VIEW IF EXISTS _kineto_fated",
+    "DROP VIEW IF EXISTS _kineto_rows",
+    "DROP TABLE IF EXISTS _kineto_instants",
+    "DROP TABLE IF EXISTS _kineto_be",
+    "DROP TABLE IF EXISTS _kineto_pairs",
+    "DROP TABLE IF EXISTS _kineto_paired",
+    "DROP TABLE IF EXISTS _kineto_meta",
     "DROP TABLE IF EXISTS _kineto_raw",
     "DROP TABLE IF EXISTS _kineto_rare",
     "DROP TABLE IF EXISTS _kineto_labels",
@@ -200,7 +206,7 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
     scan = ScanResult()
     part_prefix = str(events_json).removesuffix(".events.json")
     sql = _sql_sections(trace_id)
-    writer = EventWriter(con, trace_id, table=STAGING_TABLE)
+    stats = IngestStats()
     try:
         size = document_size(path)
         progress.step("parsing events", total=size)
@@ -221,53 +227,27 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
                 array.close()
             with contextlib.suppress(FileNotFoundError):
                 events_json.unlink()
-        threads = _Threads()
-        threads.string_ids = _label_ids(groups)
-        if threads.string_ids:
-            con.execute("CREATE OR REPLACE TEMP TABLE _kineto_labels (label VARCHAR, id BIGINT)")
-            insert_many(
-                con,
-                "_kineto_labels",
-                [(label, -ident) for label, ident in threads.string_ids.items()],
-            )
-            con.execute(sql["labels"])
-        stats = writer.stats
+        labels = _label_ids(groups)
+        if labels:  # (one Arrow batch: a parameter per row costs ~1 ms here)
+            insert_many(con, "_kineto_labels", [(label, -ident) for label, ident in labels.items()])
         rare = 0
         for fate, reason, _, _, n, _ in groups:  # (several groups per fate: one per label)
-            if fate == "placed":
-                stats.events += n
-            elif fate == "skipped":
-                stats.skipped[reason] += n
-            elif fate == "elsewhere":
-                stats.elsewhere[reason] += n
-            else:
+            if fate == "python":
                 rare += n
-        names: dict[tuple[int | None, int | None], list[str | None]] = {}
-        begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]] = {}
-        last = 0
+            else:
+                _count(stats, fate, reason, n)
         if rare:
             progress.step("mapping metadata, instants and begin/end pairs")
-        while rare and (
-            rows := con.execute(  # pages: an insert between fetches ends a stream
-                "SELECT event_id, ph, cat, name, pid, tid, ts, dur, args FROM _kineto_rare "
-                "WHERE event_id > $last ORDER BY event_id LIMIT $n",
-                {"last": last, "n": _RARE_BATCH},
-            ).fetchall()
-        ):
-            last = rows[-1][0]
-            events = [_rebuild(row) for row in rows]
-            cols: dict[str, list[Any]] = {k: [] for k in _COLS}
-            _map_chunk(events, (row[0] for row in rows), cols, threads, names, begin_stacks,
-                       writer)  # fmt: skip
-            writer.add_columns(cols)
-        _finish(con, trace_id, writer, names, begin_stacks)
+            _map_rare(con, sql, stats)
+        if labels:
+            con.execute(sql["labels"])
     except BaseException:
         con.execute(f"DROP TABLE IF EXISTS {STAGING_TABLE}")
         raise
     finally:
         for statement in _CLEANUP:
             con.execute(statement)
-    return _trace_info(scan.top, writer)
+    return _trace_info(scan.top, stats)
 
 
 # Bytes of the events array parsed per read_json call: the parse holds one chunk, not the
@@ -395,7 +375,7 @@ def _map_chunk_rows(con: duckdb.DuckDBPyConnection, sql: dict[str, str], fates: 
     if any(g[0] == "python" for g in groups):
         con.execute(sql["rare"])
     for *key, n, first in groups:
-        total = fates.setdefault(tuple(key), [0, first])  # type: ignore[arg-type]
+        total = fates.setdefault(tuple(key), [0, first])
         total[0] += n
         total[1] = min(total[1], first)
     return sum(g[4] for g in groups)
@@ -412,17 +392,40 @@ def _label_ids(groups: list[tuple[Any, ...]]) -> dict[str, int]:
     return {label: i for i, label in enumerate(sorted(first, key=first.__getitem__), 1)}
 
 
-_REBUILT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+def _count(stats: IngestStats, fate: str, reason: str | None, n: int) -> None:
+    if fate == "placed":
+        stats.events += n
+    elif fate == "skipped":
+        stats.skipped[str(reason)] += n
+    elif fate == "elsewhere":
+        stats.elsewhere[str(reason)] += n
 
 
-def _rebuild(row: tuple[Any, ...]) -> dict[str, Any]:
-    """The event as the Python mapper would have parsed it (the fields it reads)."""
-    ev: dict[str, Any] = {}
-    for key, value in zip(_REBUILT_KEYS, row[1:], strict=True):
-        if value is None:
-            continue
-        ev[key] = _load_value(value) if key == "args" else value
-    return ev
+def _map_rare(con: duckdb.DuckDBPyConnection, sql: dict[str, str], stats: IngestStats) -> None:
+    """Map the rare rows (kineto.sql's _kineto_rare) in SQL, as the Python mapper would:
+    instants and begin/end pairs into the staging table, metadata into `threads`."""
+    for fate, reason, n in con.execute(sql["instants"]).fetchall():
+        _count(stats, fate, reason, n)
+    for fate, reason, n in con.execute(sql["pairs"]).fetchall():
+        _count(stats, fate, reason, n)
+    for fate, reason, _, _, n, _ in con.execute(sql["fates"]).fetchall():  # (the pairs')
+        _count(stats, fate, reason, n)
+    con.execute(sql["placed"])
+    con.execute(sql["labelled"])
+    odd = con.execute(sql["metadata"]).fetchall()
+    if odd:  # labels only Python's str() spells (floats, lists, objects): a handful at most
+        con.execute(
+            "UPDATE _kineto_meta SET label = l.label FROM "
+            "(SELECT unnest($ids) AS event_id, unnest($labels) AS label) l "
+            "WHERE _kineto_meta.event_id = l.event_id",
+            {"ids": [r[0] for r in odd], "labels": [str(_load_value(r[1])) for r in odd]},
+        )
+    con.execute(sql["threads"])
+    for ph, n in con.execute(sql["other_phases"]).fetchall():
+        if ph == "M":
+            stats.elsewhere["metadata (threads table)"] += n
+        else:
+            stats.skipped["no phase" if ph is None else f"unsupported phase {ph!r}"] += n
 
 
 def _load_value(text: str) -> Any:
@@ -450,7 +453,7 @@ def _ingest_python(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
         _map_chunk(chunk, ids, cols, threads, names, begin_stacks, writer)
         writer.add_columns(cols)
     _finish(con, trace_id, writer, names, begin_stacks)
-    return _trace_info(scan.top, writer)
+    return _trace_info(scan.top, writer.stats)
 
 
 def _finish(con: duckdb.DuckDBPyConnection, trace_id: int, writer: EventWriter,
@@ -458,7 +461,8 @@ def _finish(con: duckdb.DuckDBPyConnection, trace_id: int, writer: EventWriter,
             begin_stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]],
             ) -> None:  # fmt: skip
     for stack in begin_stacks.values():
-        writer.skip("begin without end", len(stack))
+        if stack:  # (a thread whose pairs all closed leaves an empty stack: no count of 0)
+            writer.skip("begin without end", len(stack))
     writer.flush()
     add_thread(
         con,
@@ -681,9 +685,10 @@ def _without_env(value: Any) -> Any:
     return value
 
 
-def _trace_info(top: dict[str, Any], writer: EventWriter) -> TraceInfo:
+def _trace_info(top: dict[str, Any], stats: IngestStats) -> TraceInfo:
     devices = top.get("deviceProperties")
-    dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
+    dist_info = top.get("distributedInfo")
+    dist: dict[str, Any] = dist_info if isinstance(dist_info, dict) else {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
     base = top.get("baseTimeNanoseconds")
     try:
@@ -704,5 +709,5 @@ def _trace_info(top: dict[str, Any], writer: EventWriter) -> TraceInfo:
         rank=rank,
         clock_offset_ns=clock_offset,
         metadata=meta,
-        stats=writer.stats,
+        stats=stats,
     )

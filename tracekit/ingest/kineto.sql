@@ -65,6 +65,22 @@ CREATE OR REPLACE TEMP TABLE _kineto_labelled (
 CREATE OR REPLACE TEMP TABLE _kineto_rare (
     event_id BIGINT, ph VARCHAR, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR,
     ts DOUBLE, dur DOUBLE, args JSON);
+CREATE OR REPLACE TEMP TABLE _kineto_labels (label VARCHAR, id BIGINT);
+
+-- Why a timestamp (µs, as read; h: in ns) cannot place an event, as the Python mapper's
+-- _times words it; NULL when it can.
+CREATE OR REPLACE TEMP MACRO tk_ts_reason(ts, h) AS CASE
+    WHEN ts IS NULL THEN 'missing or non-numeric ts'
+    WHEN NOT isfinite(ts) THEN 'non-finite ts'
+    WHEN ts < 0 THEN 'negative ts'
+    WHEN h IS NULL OR h > 9223372036854775807 THEN 'ts or dur out of range'
+    END;
+-- A thread's integer: its own, else the id of its label (after @labels' table is filled).
+CREATE OR REPLACE TEMP MACRO tk_thread_id(v) AS
+    coalesce(tk_thread_int(v), (SELECT id FROM _kineto_labels WHERE label = v));
+-- A JSON object as a map, for Python's shallow {**a, **b} (json_merge_patch is recursive).
+CREATE OR REPLACE TEMP MACRO tk_json_map(j) AS CASE WHEN json_type(j) = 'OBJECT'
+    THEN json_transform(j, '"MAP(VARCHAR, JSON)"') ELSE MAP() END;
 
 -- Each element's fate and reason under the Python mapper's rules, over the chunk that
 -- _kineto_raw holds (views: bound again by each statement that reads them).
@@ -194,3 +210,119 @@ SET pid = coalesce(l.pid, _events_raw.pid), tid = coalesce(l.tid, _events_raw.ti
     device = coalesce(l.device, _events_raw.device),
     stream = coalesce(l.stream, _events_raw.stream)
 FROM _kineto_relabel l WHERE _events_raw.event_id = l.event_id;
+
+-- The rare rows (_kineto_rare: metadata, instants, begin/end pairs, unknown phases) are mapped
+-- after the last chunk, when the label ids are known, in SQL as the Python mapper maps them.
+-- Each section leaves (what, reason, count) groups for kineto.py's counts: what is 'placed',
+-- 'skipped' or 'elsewhere'.
+
+-- @instants (ph i/I/R → kind 'mark', start = end = ts; args gain the category)
+CREATE OR REPLACE TEMP TABLE _kineto_instants AS
+WITH x AS (
+    SELECT r.*, tk_us_to_ns(r.ts) AS start_h, tk_thread_int(r.pid) AS pid_i,
+           tk_thread_int(r.tid) AS tid_i
+    FROM _kineto_rare r WHERE r.ph IN ('i', 'I', 'R')
+)
+SELECT x.*, tk_ts_reason(x.ts, x.start_h) AS reason FROM x;
+INSERT INTO _events_raw
+SELECT @trace_id, event_id, 'mark', coalesce(name, 'None'), start_h::BIGINT, start_h::BIGINT, 0,
+    pid_i, tid_i, NULL, NULL, NULL, NULL,
+    CASE WHEN coalesce(cat, '') <> ''
+             THEN json_merge_patch(CASE WHEN json_type(args) = 'OBJECT' THEN args ELSE '{}' END,
+                                   json_object('cat', cat))
+         WHEN json_type(args) = 'OBJECT' AND args::VARCHAR <> '{}' THEN args END
+FROM _kineto_instants WHERE reason IS NULL;
+INSERT INTO _kineto_labelled
+SELECT event_id, CASE WHEN pid_i IS NULL THEN pid END, CASE WHEN tid_i IS NULL THEN tid END,
+       false, NULL, NULL
+FROM _kineto_instants
+WHERE reason IS NULL AND ((pid_i IS NULL AND pid IS NOT NULL) OR (tid_i IS NULL AND tid IS NOT NULL));
+SELECT CASE WHEN reason IS NULL THEN 'placed' ELSE 'skipped' END, reason, count(*)
+FROM _kineto_instants GROUP BY ALL;
+
+-- @pairs (ph B/E per raw (pid, tid), in file order: an E closes the latest open B, or is
+-- skipped when none is open). A stack that ignores pops when empty has, after each event,
+-- the depth run - least(0, min(run so far)) (run: the plain running sum of +1/-1); an E is
+-- unmatched when the depth before it is 0. A B at depth d is closed by the next matched E at
+-- depth d of its thread (depths of one thread alternate B, E at each level). Each pair
+-- becomes the complete event ('X') the Python mapper builds: the begin's fields and
+-- position, dur = end - begin, args the begin's updated by the end's; it then takes the
+-- complete events' fate and mapping (_kineto_rows is pointed at it).
+CREATE OR REPLACE TEMP TABLE _kineto_be AS
+WITH s AS (
+    SELECT event_id, ph, pid, tid, sum(CASE WHEN ph = 'B' THEN 1 ELSE -1 END) OVER w AS run
+    FROM _kineto_rare WHERE ph IN ('B', 'E')
+    WINDOW w AS (PARTITION BY pid, tid ORDER BY event_id ROWS UNBOUNDED PRECEDING)
+), d AS (
+    SELECT *, run - least(0, min(run) OVER w) AS depth FROM s
+    WINDOW w AS (PARTITION BY pid, tid ORDER BY event_id ROWS UNBOUNDED PRECEDING)
+), b AS (
+    SELECT *, coalesce(lag(depth) OVER (PARTITION BY pid, tid ORDER BY event_id), 0) AS before
+    FROM d
+)
+SELECT event_id, ph, pid, tid, CASE WHEN ph = 'B' THEN depth ELSE before END AS level,
+       ph = 'E' AND before = 0 AS unmatched
+FROM b;
+CREATE OR REPLACE TEMP TABLE _kineto_pairs AS
+WITH m AS (
+    SELECT event_id, ph,
+           lead(event_id) OVER w AS next_id, lead(ph) OVER w AS next_ph
+    FROM _kineto_be WHERE NOT unmatched
+    WINDOW w AS (PARTITION BY pid, tid, level ORDER BY event_id)
+)
+SELECT m.event_id AS begin_id, CASE WHEN m.next_ph = 'E' THEN m.next_id END AS end_id
+FROM m WHERE m.ph = 'B';
+CREATE OR REPLACE TEMP TABLE _kineto_paired AS
+SELECT b.event_id, b.ph, b.cat, b.name, b.pid, b.tid, b.ts, b.dur,
+       CASE WHEN json_type(e.args) = 'OBJECT'
+            THEN to_json(map_concat(tk_json_map(b.args), tk_json_map(e.args)))::JSON
+            ELSE b.args END AS args,
+       tk_ts_reason(b.ts, tk_us_to_ns(b.ts)) AS begin_reason,
+       tk_ts_reason(e.ts, tk_us_to_ns(e.ts)) AS end_reason,
+       (tk_us_to_ns(e.ts) - tk_us_to_ns(b.ts))::DOUBLE / 1000.0 AS pair_dur
+FROM _kineto_pairs p
+JOIN _kineto_rare b ON b.event_id = p.begin_id
+JOIN _kineto_rare e ON e.event_id = p.end_id;
+CREATE OR REPLACE TEMP VIEW _kineto_rows AS
+SELECT event_id, 'X' AS ph, cat, name, pid, tid, ts, pair_dur AS dur, args
+FROM _kineto_paired WHERE begin_reason IS NULL AND end_reason IS NULL;
+SELECT 'skipped', 'end without begin', count(*) FROM _kineto_be WHERE unmatched HAVING count(*) > 0
+UNION ALL
+SELECT 'skipped', 'begin without end', count(*) FROM _kineto_pairs WHERE end_id IS NULL
+HAVING count(*) > 0
+UNION ALL
+SELECT 'skipped', reason, count(*) FROM (
+    SELECT begin_reason AS reason FROM _kineto_paired
+    UNION ALL SELECT end_reason FROM _kineto_paired
+) WHERE reason IS NOT NULL GROUP BY reason;
+
+-- @metadata (ph M: process_name/thread_name → threads; the label is args.name as Python's str()
+-- spells it, NULL here when only Python can (a float, list or object: kineto.py fills it))
+CREATE OR REPLACE TEMP TABLE _kineto_meta AS
+WITH m AS (
+    SELECT event_id, name AS what, tk_thread_id(pid) AS pid_i,
+           CASE WHEN name = 'thread_name' THEN tk_thread_id(tid) END AS tid_i,
+           CASE WHEN json_type(args) = 'OBJECT' THEN args -> 'name' END AS label_json
+    FROM _kineto_rare WHERE ph = 'M' AND name IN ('process_name', 'thread_name')
+)
+SELECT m.*, CASE coalesce(json_type(label_json), 'NULL')
+    WHEN 'VARCHAR' THEN label_json ->> '$'
+    WHEN 'BIGINT' THEN label_json::VARCHAR
+    WHEN 'UBIGINT' THEN label_json::VARCHAR
+    WHEN 'BOOLEAN' THEN CASE WHEN label_json::BOOLEAN THEN 'True' ELSE 'False' END
+    WHEN 'NULL' THEN 'None'
+    END AS label
+FROM m;
+SELECT event_id, label_json::VARCHAR FROM _kineto_meta WHERE label IS NULL;
+
+-- @threads (one row per (pid, tid): a process_name's tid is NULL; the last name of each wins)
+INSERT INTO threads
+SELECT @trace_id, pid_i, tid_i,
+       arg_max(label, event_id) FILTER (WHERE what = 'process_name'),
+       arg_max(label, event_id) FILTER (WHERE what = 'thread_name')
+FROM _kineto_meta GROUP BY pid_i, tid_i ORDER BY pid_i NULLS FIRST, tid_i NULLS FIRST;
+
+-- @other_phases (counted only: metadata of other names, unknown phases; ph NULL: no phase)
+SELECT ph, count(*) FROM _kineto_rare
+WHERE ph IS NULL OR ph NOT IN ('i', 'I', 'R', 'B', 'E')
+GROUP BY ph;

@@ -55,13 +55,14 @@ def write_report(
     force: bool = False,
     stage_rules: Sequence[StageRule] | None = None,
     top_n: int = 15,
+    engine: str = "duckdb",
 ) -> Path:
-    """Build the report over traces / run dirs / stores and write it atomically; its path."""
-    import tracekit
+    """Build the report over traces / run dirs / stores / export folders and write it
+    atomically; its path. engine "spark" reads export folders with Spark (tracekit.spark)."""
     from tracekit.atomic import check_output, write_text_atomic
     from tracekit.report.context import build_report_context
     from tracekit.report.render import render
-    from tracekit.traceset import input_files
+    from tracekit.traceset import input_files, open_engine
 
     if not sources:
         raise TracekitError("report: give a trace, run folder or store")
@@ -83,7 +84,7 @@ def write_report(
                 f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
             )
         check_output(output, input_files(sources), force)
-    with tracekit.open(list(sources), stage_rules=stage_rules) as ts:
+    with open_engine(engine, list(sources), stage_rules=stage_rules) as ts:
         ctx = build_report_context(ts, [Path(s) for s in sources], top_n=top_n)
         text = render(ctx, fmt)
     if stdout:

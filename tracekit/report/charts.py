@@ -87,10 +87,10 @@ def nice_step(span: float, ticks: int = 5) -> float:
         return 1.0
     raw = span / ticks
     mag = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 2.5, 5, 10):
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
         if raw <= m * mag:
-            return m * mag
-    return 10 * mag
+            return float(m * mag)
+    return float(10 * mag)
 
 
 def fmt_num(v: float) -> str:

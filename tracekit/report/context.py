@@ -19,6 +19,8 @@ from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
 from tracekit.report.figures import (
+    CATEGORY_COLS,
+    DEVICE_COLS,
     GAP_COLS,
     GPU_COLS,
     KERNEL_COLS,
@@ -28,16 +30,18 @@ from tracekit.report.figures import (
     OVERVIEW_COLS,
     REQ_COLS,
     STAGE_COLS,
+    STREAM_COLS,
     figures,
 )
 from tracekit.report.findings import Finding, evaluate
 from tracekit.sql import load_query
-from tracekit.traceset import TraceSet
+from tracekit.traceset import QuerySource
 
 NO_GPU_NOTE = (
     "No GPU activity in this capture: no kernels, copies or memsets were recorded (a CPU-only "
     "run, or CUDA was not traced), so there is no GPU busy or idle time to show."
 )
+SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (largest first)
 HTML_REQUEST_ROWS = 50  # slowest requests listed in the HTML/md table (JSON has all)
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
 
@@ -84,6 +88,12 @@ class Answer:
         metadata={"help": "(stage, total ms, share of end-to-end), unattributed last"}
     )
     sentence: str = field(metadata={"help": "the answer in one sentence"})
+    stage_source: str = field(
+        default="", metadata={"help": "where the stages came from, in words ('' if none)"}
+    )
+    gpu_sentence: str = field(
+        default="", metadata={"help": "GPU busy per device and the top category/kernel"}
+    )
 
 
 @dataclass(frozen=True)
@@ -155,10 +165,10 @@ def make_table(
     )
 
 
-def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
+def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
     """Rows of every report query for one trace (top_ops_all: every op, for the findings)."""
     q = {
-        name: ts.query(name, trace_id=trace_id).to_dicts()
+        name: ts.query_dicts(name, trace_id=trace_id)
         for name in (
             "trace_overview",
             "stage_summary",
@@ -167,22 +177,115 @@ def run_queries(ts: TraceSet, trace_id: int, top_n: int) -> dict[str, list[dict[
             "memcpy_summary",
             "launch_overhead",
             "stage_attributes",
+            "padding_waste",
+            "attention_score_ops",
+            "request_sizes",
         )
     }
-    q["top_ops"] = ts.query("top_ops", trace_id=trace_id, limit=top_n).to_dicts()
-    q["top_ops_all"] = ts.query("top_ops", trace_id=trace_id, limit=2**31 - 1).to_dicts()
-    q["top_kernels"] = ts.query("top_kernels", trace_id=trace_id, limit=top_n).to_dicts()
-    q["idle_gaps"] = ts.query("idle_gaps", trace_id=trace_id, limit=10).to_dicts()
+    q["top_ops"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=top_n)
+    q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
+    q["top_kernels"] = ts.query_dicts("top_kernels", trace_id=trace_id, limit=top_n)
+    q["python_functions"] = ts.query_dicts("python_functions", trace_id=trace_id, limit=top_n)
+    q["idle_gaps"] = ts.query_dicts("idle_gaps", trace_id=trace_id, limit=10)
+    for name in ("gpu_devices", "gpu_categories", "gpu_streams", "host_waits"):
+        q[name] = ts.query_dicts(name, trace_id=trace_id)
     return q
+
+
+_HOW = {
+    "modules": "the nn.Module tree",
+    "ranges": "the top-level NVTX / user-annotation ranges",
+    "ops": "the top-level operators",
+}
+_REQ_WORDS = {
+    "ProfilerStep": "each ProfilerStep",
+    "repeated-range": "each repeated top-level range",
+    "window": "the window of each working host thread (the trace has no request ranges)",
+    "tracekit:request": "each request",
+    "stage-sequence": "each request",
+}
+
+
+def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
+    """'Stages inferred from the nn.Module tree (depth 5) under each ProfilerStep ...'."""
+    sources = sorted({str(r["source"]) for r in q["stage_summary"] if r.get("source")})
+    if not sources:
+        return ""
+    inferred = [s for s in sources if s.startswith("inferred:")]
+    if not inferred:
+        return (
+            "Stages from "
+            + " and ".join(
+                {"annotated": "tracekit annotations", "rule": "--stage rules"}.get(s, s)
+                for s in sources
+            )
+            + "."
+        )
+    how, _, depth = inferred[0].removeprefix("inferred:").partition(" depth ")
+    req = _REQ_WORDS.get(q["trace_overview"][0].get("request_source") or "", "each request")
+    return (
+        f"The trace has no tracekit stages: stages inferred from {_HOW.get(how, how)} "
+        f"(depth {depth}) under {req}; pick another depth with --stage-depth N, or name "
+        "stages with --stage NAME=REGEX."
+    )
+
+
+def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
+    """GPU busy per device, and what the busiest device spends its time on."""
+    devs = q["gpu_devices"]
+    if not devs:
+        return "No GPU activity in this trace."
+    parts = ", ".join(
+        f"{d['device_name']} busy {d['utilization'] or 0:.0%} ({d['busy_ms']:.3f} of "
+        f"{d['window_ms']:.3f} ms)"
+        for d in devs
+    )
+    top = max(devs, key=lambda d: d["busy_ms"])
+    cats = [c for c in q["gpu_categories"] if c["device"] == top["device"]]
+    text = f"GPU: {parts}."
+    if cats:
+        c = cats[0]
+        where = f" on {top['device_name']}" if len(devs) > 1 else ""
+        text += (
+            f" Top activity{where}: {c['category']} {c['share_of_device']:.0%} of GPU time "
+            f"(top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
+        )
+    return text
+
+
+NEST_COLS = (("parent", "Nested in"), ("share_of_parent", "Share of parent"))
+OPS_VIA_COLS = (("via", "In nested stage"),)
+PY_COLS = (("stage", "Stage"), ("rank", "#"), ("name", "Function"), ("kind", "Kind"),
+           ("via", "In nested stage"), ("calls", "Calls"), ("self_ms", "Self ms"),
+           ("share_of_stage", "Share of stage"), ("share_cumulative", "Cumulative"),
+           ("coverage", "Coverage"))  # fmt: skip
+
+
+def _nested(rows: Sequence[Mapping[str, Any]]) -> bool:
+    return any(r.get("parent") for r in rows)
+
+
+def _indent_children(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Stage rows with nested stages shown as '↳ child' (they follow their parent)."""
+    return [{**r, "stage": f"↳ {r['stage']}"} if r.get("parent") else dict(r) for r in rows]
+
+
+def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
+    kids = [r for r in rows if r.get("parent") == parent]
+    if not kids or n <= 0:
+        return ""
+    return ", of which " + ", ".join(
+        f"{k['stage']} {k['total_ms'] / n:.3f} ms ({k['share_of_parent'] or 0:.0%})" for k in kids
+    )
 
 
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     rows = q["stage_summary"]
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
-    split = tuple(
+    split = tuple(  # top-level stages only: nested ones are inside their parent's time
         (r["stage"], r["total_ms"], r["share"] or 0.0)
         for r in rows
-        if r["row_kind"] != "end_to_end"
+        if r["row_kind"] != "end_to_end" and not r.get("parent")
     )
     reqs = q["request_breakdown"]
     rps = None
@@ -190,10 +293,34 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         span = max(r["start_ms"] + r["e2e_ms"] for r in reqs) - min(r["start_ms"] for r in reqs)
         rps = len(reqs) / (span / 1e3) if span > 0 else None
     overview = q["trace_overview"][0]
-    if e2e:
-        parts = ", ".join(
-            f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in split
+    shown = sorted(split, key=lambda s: -s[1])[:SENTENCE_STAGES]
+    more = len(split) - len(shown)
+    rest = f" and {more} more (table below)" if more > 0 else ""
+    if e2e and e2e["count"] == 1:
+        parts = ", ".join(f"{name} {ms:.3f} ms ({share:.0%})" for name, ms, share in shown) + rest
+        what = "The trace window" if overview.get("request_source") == "window" else "One request"
+        sentence = f"{what} ({e2e['p50_ms']:.3f} ms): {parts}."
+    elif e2e and overview.get("request_source") == "window":
+        parts = (
+            ", ".join(
+                f"{name} {ms / e2e['count']:.3f} ms ({share:.0%})" for name, ms, share in shown
+            )
+            + rest
         )
+        sentence = (
+            f"No requests in the trace: one window per working host thread ({e2e['count']} "
+            f"threads, mean {e2e['mean_ms']:.3f} ms); per thread on average: {parts}."
+        )
+    elif e2e:
+        n = e2e["count"]
+        listed = split if len(split) <= SENTENCE_STAGES else shown
+        parts = (
+            ", ".join(
+                f"{name} {ms / n:.3f} ms ({share:.0%}{_of_which(rows, name, n)})"
+                for name, ms, share in listed
+            )
+            + rest
+        )  # "" when every stage is listed
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
             f"p99 {e2e['p99_ms']:.3f} ms; per request on average: {parts}."
@@ -205,15 +332,19 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             "No requests or stages found: annotate with tracekit.request()/stage() or "
             "pass --stage NAME=REGEX."
         )
+    # one request, or windows that are not requests: no percentiles
+    many = e2e is not None and e2e["count"] > 1 and overview.get("request_source") != "window"
     return Answer(
         len(reqs),
         overview.get("request_source") or "",
-        e2e["p50_ms"] if e2e else None,
-        e2e["p99_ms"] if e2e else None,
+        e2e["p50_ms"] if many and e2e else None,
+        e2e["p99_ms"] if many and e2e else None,
         e2e["mean_ms"] if e2e else None,
         rps,
         split,
         sentence,
+        _stage_source(q),
+        _gpu_sentence(q),
     )
 
 
@@ -229,7 +360,7 @@ def _request_values(reqs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, f
     return values, order + ["unattributed"]
 
 
-def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
+def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     q = run_queries(ts, trace_id, top_n)
     findings = evaluate({**q, "top_ops": q["top_ops_all"]})
     answer = _answer(q)
@@ -266,8 +397,8 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             "Stages",
             "stage_summary",
             p,
-            q["stage_summary"],
-            STAGE_COLS,
+            _indent_children(q["stage_summary"]),
+            STAGE_COLS + (NEST_COLS if _nested(q["stage_summary"]) else ()),
             "Statistics across requests of per-request stage totals; percentiles are "
             "quantile_cont (linear interpolation).",
             hists,
@@ -284,7 +415,29 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             else "",
             req_charts,
         ),
-        make_table(f"{t}-ops", "Top host ops per stage", "top_ops", pl, q["top_ops"], OPS_COLS),
+        make_table(
+            f"{t}-ops",
+            "Top host ops per stage",
+            "top_ops",
+            pl,
+            q["top_ops"],
+            OPS_COLS + (OPS_VIA_COLS if _nested(q["stage_summary"]) else ()),
+        ),  # fmt: skip
+        *(
+            [
+                make_table(
+                    f"{t}-python",
+                    "Top Python/native functions per stage",
+                    "python_functions",
+                    pl,
+                    q["python_functions"],
+                    PY_COLS,
+                    "From torch.profiler Python events (tracekit capture --python).",
+                )
+            ]
+            if any(r["kind"] == "python" for r in q["python_functions"])  # else top_ops says it
+            else []
+        ),  # fmt: skip
         make_table(
             f"{t}-kernels",
             "Top GPU kernels per stage",
@@ -303,6 +456,28 @@ def _trace_report(ts: TraceSet, trace_id: int, top_n: int) -> TraceReport:
             "Per-request GPU busy time is in the requests table." if has_gpu else NO_GPU_NOTE,
             gpu_charts,
         ),
+        make_table(
+            f"{t}-devices",
+            "GPU devices",
+            "gpu_devices",
+            p,
+            q["gpu_devices"],
+            DEVICE_COLS,
+            "Busy = union of the device's kernel, memcpy and memset intervals; utilization = "
+            "busy / trace span. Exposed communication: communication time with no other kernel "
+            "running on that device.",
+        ),
+        make_table(
+            f"{t}-categories",
+            "GPU activity by category",
+            "gpu_categories",
+            p,
+            q["gpu_categories"],
+            CATEGORY_COLS,
+            "Each kernel, copy and memset in exactly one category (rules: "
+            "tracekit/categories.toml); totals are plain sums of durations.",
+        ),
+        make_table(f"{t}-streams", "GPU streams", "gpu_streams", p, q["gpu_streams"], STREAM_COLS),
         make_table(
             f"{t}-gaps",
             "Longest GPU idle gaps",
@@ -376,10 +551,10 @@ def load_capture(paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
 
 
 def build_report_context(
-    ts: TraceSet, inputs: Sequence[Path] = (), top_n: int = 15, title: str = "tracekit report"
+    ts: QuerySource, inputs: Sequence[Path] = (), top_n: int = 15, title: str = "tracekit report"
 ) -> ReportContext:
     """Run the report queries over every trace of `ts` and lay out the report."""
-    ids = [r[0] for r in ts.con.execute("SELECT trace_id FROM traces ORDER BY 1").fetchall()]
+    ids = ts.sql("SELECT trace_id FROM traces ORDER BY 1")["trace_id"].to_list()
     if not ids:
         raise TraceFormatError("the store holds no traces")
     traces = tuple(_trace_report(ts, i, top_n) for i in ids)

@@ -47,6 +47,7 @@ def figures(
             {
                 "stage": r["stage"],
                 "kind": r["row_kind"],
+                "source": r["source"],
                 "instances": r["instances"],
                 "total_ms": rounded(r["total_ms"]),
                 "share": rounded(r["share"]),
@@ -76,6 +77,30 @@ def figures(
             "busy_ms": rounded(trace_gpu.get("busy_ms")),
             "window_ms": rounded(trace_gpu.get("window_ms")),
             "utilization": rounded(trace_gpu.get("utilization")),
+            "devices": trace_gpu.get("devices", 0) if trace_gpu else 0,
+            "per_device": [
+                {
+                    "device": r["device"],
+                    "name": r["device_name"],
+                    "busy_ms": rounded(r["busy_ms"]),
+                    "utilization": rounded(r["utilization"]),
+                    "streams": [
+                        {
+                            "stream": s["stream"],
+                            "busy_ms": rounded(s["busy_ms"]),
+                            "utilization": rounded(s["utilization"]),
+                        }
+                        for s in q["gpu_streams"]
+                        if s["device"] == r["device"]
+                    ],
+                    "by_category": {
+                        k: rounded(v) for k, v in json.loads(r["by_category_json"] or "{}").items()
+                    },
+                    "communication_ms": rounded(r["communication_ms"]),
+                    "exposed_communication_ms": rounded(r["exposed_communication_ms"]),
+                }
+                for r in q["gpu_devices"]
+            ],
             "by_stage": [
                 {
                     "stage": r["name"],
@@ -168,6 +193,35 @@ GPU_COLS = (
     ("busy_ms", "Busy ms"),
     ("idle_ms", "Idle ms"),
     ("utilization", "Utilization"),
+)
+DEVICE_COLS = (
+    ("device", "Device"),
+    ("device_name", "Name"),
+    ("streams", "Streams"),
+    ("kernels", "Kernels"),
+    ("busy_ms", "Busy ms"),
+    ("window_ms", "Window ms"),
+    ("utilization", "Utilization"),
+    ("communication_ms", "Communication ms"),
+    ("exposed_communication_ms", "Exposed comm. ms"),
+)
+CATEGORY_COLS = (
+    ("device", "Device"),
+    ("category", "Category"),
+    ("count", "Count"),
+    ("total_ms", "Total ms"),
+    ("share_of_device", "Share of device"),
+    ("top_kernel", "Top kernel"),
+    ("top_kernel_ms", "Top kernel ms"),
+)
+STREAM_COLS = (
+    ("device", "Device"),
+    ("stream", "Stream"),
+    ("activities", "Activities"),
+    ("busy_ms", "Busy ms"),
+    ("share_of_device_busy", "Share of device busy"),
+    ("utilization", "Utilization"),
+    ("top_category", "Top category"),
 )
 GAP_COLS = (
     ("rank", "#"),

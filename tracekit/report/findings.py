@@ -157,7 +157,8 @@ def rule_memcpy(results: Results) -> Iterable[Finding]:
     rows = [r for r in results.get("memcpy_summary", []) if r.get("direction") != "memset"]
     sync = sum(int(_num(r.get("sync_count"))) for r in rows)
     pageable = sum(int(_num(r.get("pageable_count"))) for r in rows)
-    if sync or pageable:
+    ms = sum(_num(r.get("total_ms")) for r in rows)
+    if (sync or pageable) and ms >= 0.1:  # a few tiny copies (0.03 ms) are not a finding
         yield Finding(
             "memcpy_sync_pageable",
             "low",
@@ -241,7 +242,173 @@ def rule_low_coverage(results: Results) -> Iterable[Finding]:
             )
 
 
+# Materiality: below these a GPU figure is noise, not a finding.
+MIN_WINDOW_MS = 1.0  # a device observed for less than this says nothing about utilization
+LOW_UTILIZATION = 0.5
+MIN_COMM_EXPOSED_MS = 0.5
+MIN_COMM_EXPOSED_SHARE = 0.05  # of the device's busy time
+IMBALANCE_RATIO = 1.25
+MIN_IMBALANCE_MS = 1.0
+ATTENTION_SHARE = 0.4  # of a device's kernel time
+MIN_COPY_MS = 0.5
+MIN_COPY_SHARE = 0.02  # of the trace span
+
+
+def _low_util_cause(w: Mapping[str, Any], busy_ms: float) -> tuple[str, str]:
+    """(cause in words, next step) from CPU-side evidence (host_waits)."""
+    span = _num(w.get("span_ms"))
+    sync_ms, item_calls = _num(w.get("sync_ms")), int(_num(w.get("item_calls")))
+    dl_ms = _num(w.get("dataloader_ms"))
+    kernels, short = int(_num(w.get("kernels"))), int(_num(w.get("short_kernels")))
+    launch_ms = _num(w.get("launch_api_ms"))
+    if dl_ms >= 0.2 * span and dl_ms > 0:
+        return (
+            f"input pipeline: data loading ranges take {dl_ms:.3f} ms ({dl_ms / span:.0%} of "
+            "the window)",
+            "Load data in parallel (DataLoader num_workers, pin_memory=True, prefetch) so the "
+            "GPU does not wait for the next batch.",
+        )
+    if sync_ms >= 0.2 * span and sync_ms > 0:
+        return (
+            f"host syncs: the host waits in synchronize calls for {sync_ms:.3f} ms "
+            f"({sync_ms / span:.0%} of the window; {item_calls} .item()/nonzero-style ops)",
+            "Remove synchronizations from the loop (.item(), .cpu(), print of tensors, "
+            "torch.cuda.synchronize) or move them after the work is queued.",
+        )
+    if kernels and short / kernels >= 0.5:
+        return (
+            f"launch-bound: {short} of {kernels} kernels run under 10 µs (median "
+            f"{_num(w.get('median_kernel_us')):.1f} µs) and kernel launches take {launch_ms:.3f} "
+            f"ms of host time against {busy_ms:.3f} ms of GPU work",
+            "Fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), "
+            "operator fusion (torch.compile), larger batches.",
+        )
+    return (
+        "the host does other work between GPU bursts (no dominant sync, launch or data wait)",
+        "Look at the longest idle gaps (idle_gaps) and what the host does in them.",
+    )
+
+
+def rule_gpu_low_utilization(results: Results) -> Iterable[Finding]:
+    waits = (results.get("host_waits") or [{}])[0]
+    for d in results.get("gpu_devices", []):
+        util, window = _num(d.get("utilization")), _num(d.get("window_ms"))
+        if window < MIN_WINDOW_MS or util >= LOW_UTILIZATION:
+            continue
+        busy = _num(d.get("busy_ms"))
+        cause, step = _low_util_cause(waits, busy)
+        yield Finding(
+            f"gpu_low_utilization:{d['device']}",
+            "high" if util < 0.25 else "medium",
+            f"{d['device_name']} is busy only {util:.0%} of the time",
+            f"GPU busy {busy:.3f} ms of {window:.3f} ms ({util:.0%}); likely cause: {cause}",
+            "gpu_devices",
+            step,
+            {
+                "utilization": util,
+                "busy_ms": busy,
+                "window_ms": window,
+                "sync_ms": _num(waits.get("sync_ms")),
+                "launch_api_ms": _num(waits.get("launch_api_ms")),
+                "short_kernels": _num(waits.get("short_kernels")),
+            },  # fmt: skip
+        )
+
+
+def rule_attention_dominated(results: Results) -> Iterable[Finding]:
+    for d in results.get("gpu_devices", []):
+        cats = {c["category"]: c for c in results.get("gpu_categories", [])
+                if c["device"] == d["device"]}  # fmt: skip
+        kernel_ms = _num(d.get("kernel_ms"))
+        attn = _num(cats.get("attention", {}).get("total_ms"))
+        if kernel_ms < MIN_WINDOW_MS or attn / kernel_ms < ATTENTION_SHARE:
+            continue
+        top = cats["attention"].get("top_kernel")
+        yield Finding(
+            f"attention_dominated:{d['device']}",
+            "medium",
+            f"Attention takes {attn / kernel_ms:.0%} of GPU kernel time on {d['device_name']}",
+            f"attention kernels {attn:.3f} ms of {kernel_ms:.3f} ms kernel time (top: {top})",
+            "gpu_categories",
+            "Use fused attention (scaled_dot_product_attention / FlashAttention); when input "
+            "lengths vary, bucket or pack sequences instead of padding to the longest.",
+            {"attention_ms": attn, "kernel_ms": kernel_ms, "share": attn / kernel_ms},
+        )
+
+
+def rule_exposed_communication(results: Results) -> Iterable[Finding]:
+    for d in results.get("gpu_devices", []):
+        exposed, busy = _num(d.get("exposed_communication_ms")), _num(d.get("busy_ms"))
+        if exposed < MIN_COMM_EXPOSED_MS or busy <= 0 or exposed / busy < MIN_COMM_EXPOSED_SHARE:
+            continue
+        comm = _num(d.get("communication_ms"))
+        yield Finding(
+            f"exposed_communication:{d['device']}",
+            "medium",
+            f"Communication on {d['device_name']} is not hidden behind compute",
+            f"communication {comm:.3f} ms, of which {exposed:.3f} ms with no other kernel "
+            f"running ({exposed / busy:.0%} of the device's busy time)",
+            "gpu_devices",
+            "Overlap communication with compute: run collectives on a separate stream, bucket "
+            "gradients (DDP bucket_cap_mb), prefetch (FSDP forward/backward_prefetch).",
+            {"communication_ms": comm, "exposed_communication_ms": exposed},
+        )
+
+
+def rule_device_imbalance(results: Results) -> Iterable[Finding]:
+    devs = results.get("gpu_devices", [])
+    if len(devs) < 2:
+        return
+    hi = max(devs, key=lambda d: _num(d.get("busy_ms")))
+    lo = min(devs, key=lambda d: _num(d.get("busy_ms")))
+    b_hi, b_lo = _num(hi.get("busy_ms")), _num(lo.get("busy_ms"))
+    if b_hi - b_lo < MIN_IMBALANCE_MS or b_hi < IMBALANCE_RATIO * b_lo:
+        return
+    yield Finding(
+        "device_imbalance",
+        "medium",
+        "One GPU is much busier than another",
+        f"{hi['device_name']} busy {b_hi:.3f} ms vs {lo['device_name']} {b_lo:.3f} ms "
+        f"({b_hi / b_lo if b_lo else float('inf'):.1f}x)",
+        "gpu_devices",
+        "Balance the work across devices (data/sequence lengths per rank, pipeline stage "
+        "sizes, expert routing); the idle device waits for the busy one.",
+        {"max_busy_ms": b_hi, "min_busy_ms": b_lo},
+    )
+
+
+def rule_memcpy_hot_loop(results: Results) -> Iterable[Finding]:
+    # copy time of every device against the span of every device (device-time, as GPU busy)
+    span = _num((results.get("host_waits") or [{}])[0].get("span_ms")) * max(
+        len(results.get("gpu_devices", [])), 1
+    )
+    reqs = max(len(results.get("request_breakdown", [])), 1)
+    for r in results.get("memcpy_summary", []):
+        if r.get("direction") not in ("HtoD", "DtoH"):
+            continue
+        ms, n = _num(r.get("total_ms")), int(_num(r.get("count")))
+        if ms < MIN_COPY_MS or span <= 0 or ms / span < MIN_COPY_SHARE or n < 2 * reqs:
+            continue
+        yield Finding(
+            f"memcpy_hot_loop:{r['direction']}",
+            "medium",
+            f"Repeated {r['direction']} copies in the loop",
+            f"{n} {r['direction']} copies ({n / reqs:.1f} per request), {ms:.3f} ms of copy "
+            f"time ({ms / span:.1%} of the trace's device time), "
+            f"{int(_num(r.get('bytes')))} bytes",
+            "memcpy_summary",
+            "Keep tensors on the GPU between steps, copy once per batch with pinned memory and "
+            "non_blocking=True, avoid .cpu()/.item() inside the loop.",
+            {"count": n, "total_ms": ms, "per_request": n / reqs},
+        )
+
+
 RULES: tuple[Callable[[Results], Iterable[Finding]], ...] = (
+    rule_gpu_low_utilization,
+    rule_attention_dominated,
+    rule_exposed_communication,
+    rule_device_imbalance,
+    rule_memcpy_hot_loop,
     rule_prepost_dominant,
     rule_model_slow,
     rule_attention_heavy,
@@ -255,5 +422,7 @@ RULES: tuple[Callable[[Results], Iterable[Finding]], ...] = (
 
 def evaluate(results: Results) -> list[Finding]:
     """Every rule's findings, most severe first (stable within a severity)."""
-    found = [f for rule in RULES for f in rule(results)]
+    from tracekit.report import input_findings  # (imports Finding from here)
+
+    found = [f for rule in RULES for f in rule(results)] + input_findings.evaluate(results)
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity))

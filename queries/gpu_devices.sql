@@ -1,0 +1,60 @@
+-- name: gpu_devices
+-- returns: one row per GPU device with activity: trace_id, device, device_name, streams, kernels, activities, busy_ms, window_ms, utilization, activity_ms, kernel_ms, communication_ms, exposed_communication_ms, by_category_json (JSON object category -> ms)
+-- param: $trace_id INTEGER trace to measure
+-- default: $trace_id 1
+-- Per device (tk_gpu_activity: kernels, memcpys, memsets; device -1 when the trace names none):
+-- busy = length of the union of its activity intervals (tk_union_ns: streams overlap, never a
+-- plain sum), window = the trace's span, utilization = busy / window. activity_ms = plain sum
+-- of activity durations, split by category in by_category_json (each activity in exactly one
+-- category, so its values add up to activity_ms). communication_ms = union of the device's
+-- communication kernels; exposed_communication_ms = the part of it with no other kernel
+-- running on that device (union of all its kernels minus union of its other kernels).
+WITH a AS (
+    FROM tk_gpu_activity($trace_id)
+), iv AS (
+    SELECT {'device': device, 'set': 'busy'} AS key, start_ns, end_ns FROM a
+    UNION ALL
+    SELECT {'device': device, 'set': 'comm'}, start_ns, end_ns FROM a
+    WHERE kind = 'kernel' AND category = 'communication'
+    UNION ALL
+    SELECT {'device': device, 'set': 'kernels'}, start_ns, end_ns FROM a WHERE kind = 'kernel'
+    UNION ALL
+    SELECT {'device': device, 'set': 'compute'}, start_ns, end_ns FROM a
+    WHERE kind = 'kernel' AND category <> 'communication'
+), u AS (
+    SELECT key.device AS device,
+           sum(union_ns) FILTER (WHERE key.set = 'busy') AS busy_ns,
+           sum(union_ns) FILTER (WHERE key.set = 'comm') AS comm_ns,
+           sum(union_ns) FILTER (WHERE key.set = 'kernels') AS kernels_ns,
+           sum(union_ns) FILTER (WHERE key.set = 'compute') AS compute_ns
+    FROM tk_union_ns('iv') GROUP BY 1
+), per_cat AS (
+    SELECT device, category, sum(dur_ns) AS ns FROM a GROUP BY ALL
+), cats AS (
+    SELECT device,
+           '{' || string_agg(to_json(category)::VARCHAR || ':' || to_json(ns / 1e6)::VARCHAR,
+                             ',' ORDER BY ns DESC, category) || '}' AS by_category_json
+    FROM per_cat GROUP BY device
+), d AS (
+    SELECT device, count(DISTINCT stream) AS streams,
+           count(*) FILTER (WHERE kind = 'kernel') AS kernels, count(*) AS activities,
+           sum(dur_ns) AS activity_ns,
+           coalesce(sum(dur_ns) FILTER (WHERE kind = 'kernel'), 0) AS kernel_ns
+    FROM a GROUP BY device
+)
+SELECT $trace_id::INTEGER AS trace_id, d.device,
+       coalesce(n.device_name, CASE WHEN d.device >= 0 THEN 'GPU ' || d.device
+                                    ELSE 'GPU (unnamed)' END) AS device_name,
+       d.streams, d.kernels, d.activities,
+       coalesce(u.busy_ns, 0) / 1e6 AS busy_ms, t.duration_ns / 1e6 AS window_ms,
+       coalesce(u.busy_ns, 0) / nullif(t.duration_ns, 0) AS utilization,
+       d.activity_ns / 1e6 AS activity_ms, d.kernel_ns / 1e6 AS kernel_ms,
+       coalesce(u.comm_ns, 0) / 1e6 AS communication_ms,
+       (coalesce(u.kernels_ns, 0) - coalesce(u.compute_ns, 0)) / 1e6 AS exposed_communication_ms,
+       c.by_category_json
+FROM d
+JOIN traces t ON t.trace_id = $trace_id
+LEFT JOIN u USING (device)
+LEFT JOIN cats c USING (device)
+LEFT JOIN tk_device_names($trace_id) n USING (device)
+ORDER BY d.device;

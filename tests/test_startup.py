@@ -1,0 +1,76 @@
+"""Start-up stays lean: `tracekit --help` imports no command and no heavy library, and a
+query on a built store imports neither polars nor numpy nor pyarrow (their imports were
+most of a warm `tracekit sql`). Structure only: nothing here is timed."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import SAMPLE_TRACES
+from tracekit.cli import COMMANDS, SUMMARIES
+
+HEAVY = ("duckdb", "polars", "numpy", "pyarrow", "orjson", "jinja2")
+
+# Runs the CLI in a fresh interpreter, then prints which of HEAVY and of tracekit.commands.*
+# were imported (stdout of the command itself goes to a file).
+_PROBE = """
+import contextlib, io, json, sys
+from tracekit.cli import main
+out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # (commands write bytes to .buffer)
+with contextlib.redirect_stdout(out):
+    try:
+        main(sys.argv[1:], standalone_mode=False)
+    except SystemExit:
+        pass
+heavy = {heavy!r}
+loaded = sorted(m for m in sys.modules if m in heavy or m.startswith("tracekit.commands."))
+out.flush()
+print(json.dumps({{"loaded": loaded, "out": out.buffer.getvalue().decode()}}))
+"""
+
+
+def _probe(*args: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    code = _PROBE.format(heavy=HEAVY)
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       timeout=300, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    result: dict[str, object] = json.loads(r.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_help_imports_no_command_and_no_heavy_library() -> None:
+    result = _probe("--help")
+    assert result["loaded"] == [], result["loaded"]
+    for name in COMMANDS:
+        assert f"\n  {name} " in str(result["out"])
+
+
+def test_the_listed_summaries_are_the_commands_own_help() -> None:
+    """cli.SUMMARIES (what --help lists without importing the commands) is the first
+    sentence of each command's help."""
+    assert list(SUMMARIES) == list(COMMANDS)
+    for name in COMMANDS:
+        command = importlib.import_module(f"tracekit.commands.{name}").command
+        words = " ".join((command.help or "").split())
+        assert words.startswith(SUMMARIES[name]), name
+        assert SUMMARIES[name].endswith(".") and ". " not in SUMMARIES[name], name
+
+
+def test_a_query_on_a_built_store_imports_neither_polars_nor_numpy(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_bytes((SAMPLE_TRACES / "torch.pt.trace.json").read_bytes())
+    env = {**os.environ, "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}
+    query = "SELECT kind, count(*) AS n FROM events GROUP BY kind ORDER BY kind"
+    built = _probe("sql", str(trace), query, env=env)  # (builds the store: numpy may load)
+    warm = _probe("sql", str(trace), query, env=env)
+    assert warm["out"] == built["out"] and "cpu_op" in str(warm["out"])
+    assert not {"polars", "numpy", "pyarrow", "jinja2"} & set(warm["loaded"]), warm["loaded"]  # type: ignore[arg-type]
+    as_json = _probe("sql", str(trace), query, "--format", "json", env=env)
+    assert "polars" not in as_json["loaded"] and "numpy" not in as_json["loaded"]
+    rows = json.loads(str(as_json["out"]))
+    assert {r["kind"] for r in rows} >= {"cpu_op"}

@@ -1,0 +1,105 @@
+"""GPU activity categories (tracekit/categories.toml) and the SQL macros every connection gets.
+
+`install(con)` runs tracekit/macros.sql on a DuckDB connection and fills its
+`tk_category_rules` table: the [[category]] tables of a tracekit.toml in the working directory
+first, then the built-in ones, in file order (first match wins).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+
+import duckdb
+
+from tracekit.errors import ConfigError
+from tracekit.stages import CONFIG_NAME
+
+
+@dataclass(frozen=True)
+class CategoryRule:
+    """Kernels whose name (target 'kernel') or launching op (target 'op') matches `pattern`
+    fall in `category`, unless an earlier rule matched."""
+
+    category: str
+    target: str
+    pattern: str
+
+
+def parse_categories(text: str, source: str) -> list[CategoryRule]:
+    """The [[category]] tables of a TOML text, in order."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: not valid TOML ({e})") from None
+    tables = data.get("category", [])
+    if not isinstance(tables, list):
+        raise ConfigError(f"{source}: [[category]] must be an array of tables")
+    rules = []
+    for i, t in enumerate(tables, 1):
+        name = t.get("name") if isinstance(t, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{source}: category #{i} needs a name")
+        for target in ("kernel", "op"):
+            pattern = t.get(target)
+            if pattern is None:
+                continue
+            if not isinstance(pattern, str):
+                raise ConfigError(f"{source}: category {name!r}: {target} must be a regex string")
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ConfigError(
+                    f"{source}: category {name!r}: bad regular expression {pattern!r} ({e})"
+                ) from None
+            rules.append(CategoryRule(name.strip(), target, pattern))
+    return rules
+
+
+@cache
+def builtin_rules() -> tuple[CategoryRule, ...]:
+    text = files("tracekit").joinpath("categories.toml").read_text()
+    return tuple(parse_categories(text, "tracekit/categories.toml"))
+
+
+def user_rules(directory: Path | None = None) -> list[CategoryRule]:
+    """[[category]] tables of tracekit.toml in `directory` (default: the working directory)."""
+    path = (directory or Path.cwd()) / CONFIG_NAME
+    if not path.is_file():
+        return []
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read ({e})") from None
+    return parse_categories(text, str(path))
+
+
+@cache
+def macros_sql() -> str:
+    """The text of tracekit/macros.sql (DuckDB; tracekit.spark_sql expands it for Spark)."""
+    return files("tracekit").joinpath("macros.sql").read_text()
+
+
+def install(con: duckdb.DuckDBPyConnection, rules: list[CategoryRule] | None = None) -> None:
+    """Create tracekit's SQL macros on `con` and fill tk_category_rules."""
+    con.execute(macros_sql())
+    if rules is None:
+        rules = user_rules() + list(builtin_rules())
+    con.execute("DELETE FROM tk_category_rules")
+    if rules:
+        # Literals, not bound parameters: DuckDB's first bound parameter in a process imports
+        # pandas/numpy where installed (0.6-0.8 s), and this runs on every connection. The
+        # values are config text (quotes doubled), never trace content.
+        rows = ", ".join(
+            f"({i}, {_lit(r.category)}, {_lit(r.target)}, {_lit(r.pattern)})"
+            for i, r in enumerate(rules)
+        )
+        con.execute(f"INSERT INTO tk_category_rules VALUES {rows}")
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

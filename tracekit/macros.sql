@@ -1,0 +1,201 @@
+-- tracekit SQL building blocks: DuckDB macros loaded on every connection tracekit opens
+-- (tracekit.store.connect), so every query in queries/ and every `tracekit sql` statement can
+-- use them. To use them in the DuckDB CLI on a store: `.read tracekit/macros.sql` (the GPU
+-- category table is filled from tracekit/categories.toml by Python: without it every kernel is
+-- 'other').
+-- They are TEMP objects: a store file never holds them, read-only stores work.
+--
+-- Table macros take the *name* of a table, view or CTE (DuckDB's query_table), e.g.
+--     WITH iv AS (SELECT device AS key, start_ns, end_ns FROM events WHERE kind = 'kernel')
+--     SELECT * FROM tk_union_ns('iv')
+
+-- tk_islands(intervals) -> (key, start_ns, end_ns): the union of the intervals of each key as
+-- disjoint, maximal islands. Input columns: key (any type: a device, a (device, stream) struct,
+-- a stage ...), start_ns, end_ns. Empty intervals (end <= start) are ignored.
+-- One running window over the intervals, then one over the island starts (a second running
+-- window over every interval doubled time and memory at 5e6 kernels).
+CREATE OR REPLACE TEMP MACRO tk_islands(intervals) AS TABLE
+WITH o AS (
+    SELECT key, start_ns, end_ns,
+           max(end_ns) OVER (PARTITION BY key ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM query_table(intervals) WHERE end_ns > start_ns
+), last_end AS (
+    SELECT key, max(end_ns) AS end_ns FROM o GROUP BY key
+), starts AS (  -- an interval that starts after all earlier ones ended opens an island ...
+    SELECT key, start_ns, prev_end FROM o WHERE prev_end IS NULL OR start_ns > prev_end
+)  -- ... which lasts until the next island's prev_end (or the key's last end)
+SELECT s.key, s.start_ns,
+       coalesce(lead(s.prev_end) OVER (PARTITION BY s.key ORDER BY s.start_ns), l.end_ns)
+           AS end_ns
+FROM starts s JOIN last_end l ON l.key IS NOT DISTINCT FROM s.key;
+
+-- tk_union_ns(intervals) -> (key, union_ns, first_ns, last_ns, n): the length of the union of
+-- the intervals of each key (overlaps counted once: never a plain sum), their first start,
+-- last end and count. union = span minus the gaps where an interval starts after all earlier
+-- ones ended. Input as for tk_islands.
+CREATE OR REPLACE TEMP MACRO tk_union_ns(intervals) AS TABLE
+WITH o AS (
+    SELECT key, start_ns, end_ns,
+           max(end_ns) OVER (PARTITION BY key ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM query_table(intervals) WHERE end_ns > start_ns
+)
+SELECT key,
+       (max(end_ns) - min(start_ns)
+        - coalesce(sum(start_ns - prev_end) FILTER (WHERE start_ns > prev_end), 0))::BIGINT
+           AS union_ns,
+       min(start_ns) AS first_ns, max(end_ns) AS last_ns, count(*) AS n
+FROM o GROUP BY key;
+
+-- tk_op_name(name): an op's name without the per-call suffixes torch's emit_nvtx adds
+-- ('aten::addmm, seq = 47588, op_id = 999618' -> 'aten::addmm'), so one op is one group.
+CREATE OR REPLACE TEMP MACRO tk_op_name(name) AS
+regexp_replace(name, ',\s*(seq|op_id|sizes)\s*=.*$', '');
+
+-- tk_kernel_name(name): a short display name for a kernel, a pure function of its full name,
+-- so the same kernel gets the same short name in every trace (diffs match on it):
+-- 'void flash_fwd_kernel<Flash_fwd_kernel_traits<...>, ...>(Flash_fwd_params)'
+--   -> 'flash_fwd_kernel<…>'; 'void at::native::vectorized_elementwise_kernel<4, ...>(...)'
+--   -> 'vectorized_elementwise_kernel<…>'. Generic wrappers (cutlass::Kernel2, device_kernel
+-- ...) keep their namespace and the first template word that says what they compute:
+--   -> 'cutlass::Kernel2<…cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x1_tn_align8…>'.
+-- Names without templates or parameters (nsys short names) pass unchanged, cut to 80 characters.
+CREATE OR REPLACE TEMP MACRO tk__kn_clean(name) AS
+regexp_replace(regexp_replace(name, '(\(anonymous namespace\)|<unnamed>)::', '', 'g'),
+               '^(void|int|float|auto)\s+', '');
+CREATE OR REPLACE TEMP MACRO tk__kn_templated(s) AS
+position('<' IN s) > 0 AND (position('(' IN s) = 0 OR position('<' IN s) < position('(' IN s));
+CREATE OR REPLACE TEMP MACRO tk__kn_short(s, qualified) AS
+CASE
+    WHEN qualified = '' THEN left(s, 80)
+    WHEN tk__kn_templated(s) AND regexp_matches(regexp_extract(qualified, '([^:]+)$', 1),
+                                               '^(Kernel2?|kernel|device_kernel|kernel_entry)$')
+        THEN left(coalesce(nullif(regexp_extract(qualified, '([^:]+::[^:]+)$', 1), ''),
+                           regexp_extract(qualified, '([^:]+)$', 1))
+                  || '<' || coalesce('…' || nullif(regexp_extract(s,
+                        '([A-Za-z0-9_]*(gemm|conv|fmha|flash|attention|softmax|norm|reduce)[A-Za-z0-9_]*)',
+                        1), '') || '…', '…') || '>', 120)
+    WHEN tk__kn_templated(s) THEN left(regexp_extract(qualified, '([^:]+)$', 1), 80) || '<…>'
+    ELSE left(regexp_extract(qualified, '([^:]+)$', 1), 80)
+END;
+CREATE OR REPLACE TEMP MACRO tk_kernel_name(name) AS
+tk__kn_short(tk__kn_clean(name), trim(regexp_extract(tk__kn_clean(name), '^([^<(]*)', 1)));
+
+-- tk_copy_direction(kind, name, args): 'HtoD', 'DtoH', 'DtoD', 'PtoP', 'HtoH', 'other' for a
+-- memcpy row ('memset' for a memset), from its name ('Memcpy HtoD (Pageable -> Device)' in
+-- Kineto, '[CUDA memcpy Host-to-Device]' in nsys) or args copyKind (names or the nsys enum:
+-- 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP).
+CREATE OR REPLACE TEMP MACRO tk_copy_direction(kind, name, args) AS (
+    CASE
+        WHEN kind = 'memset' THEN 'memset'
+        WHEN regexp_matches(name, '(?i)HtoD|Host-to-Device|H2D')
+             OR lower(coalesce(args->>'copyKind', args->>'copy_kind', args->>'kind', ''))
+                IN ('1', 'htod', 'h2d') THEN 'HtoD'
+        WHEN regexp_matches(name, '(?i)DtoH|Device-to-Host|D2H')
+             OR lower(coalesce(args->>'copyKind', args->>'copy_kind', args->>'kind', ''))
+                IN ('2', 'dtoh', 'd2h') THEN 'DtoH'
+        WHEN regexp_matches(name, '(?i)DtoD|Device-to-Device|D2D')
+             OR lower(coalesce(args->>'copyKind', args->>'copy_kind', args->>'kind', ''))
+                IN ('8', 'dtod', 'd2d') THEN 'DtoD'
+        WHEN regexp_matches(name, '(?i)PtoP|Peer-to-Peer|P2P')
+             OR lower(coalesce(args->>'copyKind', args->>'copy_kind', args->>'kind', ''))
+                IN ('10', 'ptop', 'p2p') THEN 'PtoP'
+        WHEN regexp_matches(name, '(?i)HtoH|Host-to-Host')
+             OR lower(coalesce(args->>'copyKind', args->>'copy_kind', args->>'kind', ''))
+                IN ('htoh', 'h2h') THEN 'HtoH'
+        ELSE 'other'
+    END
+);
+
+-- tk_category_rules: (priority, category, target, pattern), filled by tracekit from
+-- tracekit/categories.toml (plus [[category]] tables of a tracekit.toml, tried first).
+CREATE TEMP TABLE IF NOT EXISTS tk_category_rules (
+    priority INTEGER, category VARCHAR, target VARCHAR, pattern VARCHAR
+);
+
+-- tk_gpu_activity(tid) -> one row per kernel, memcpy and memset of trace `tid`: trace_id,
+-- event_id, kind, name, short_name, device (-1 when the source names none), stream, start_ns,
+-- end_ns, dur_ns, stage, request_id, op (the host op that launched it: Kineto's cpu_op with
+-- the same External id, else the parent of the launching runtime call, emit_nvtx suffixes
+-- removed), direction (memcpy), category. The category is exactly one per activity:
+-- 'memcpy <direction>' for copies, 'memset', else the first rule of tk_category_rules whose
+-- pattern matches the kernel name (target 'kernel') or its launching op (target 'op'), else
+-- 'other'.
+CREATE OR REPLACE TEMP MACRO tk_gpu_activity(tid) AS TABLE
+WITH a AS (
+    SELECT trace_id, event_id, kind, name, coalesce(device, -1) AS device, stream, start_ns,
+           end_ns, dur_ns, stage, request_id, launch_id, external_id,
+           CASE WHEN kind = 'memcpy' THEN tk_copy_direction(kind, name, args) END AS direction
+    FROM events WHERE trace_id = tid AND kind IN ('kernel', 'memcpy', 'memset')
+), ext_op AS (
+    SELECT external_id, arg_min(name, event_id) AS op FROM events
+    WHERE trace_id = tid AND kind = 'cpu_op' AND external_id IS NOT NULL AND external_id <> 0
+      AND external_id IN (SELECT external_id FROM a)
+    GROUP BY external_id
+), launch_op AS (
+    SELECT r.event_id AS launch_id, p.name AS op
+    FROM events r JOIN events p ON p.trace_id = tid AND p.event_id = r.parent_id
+    WHERE r.trace_id = tid AND r.kind = 'runtime' AND r.event_id IN (SELECT launch_id FROM a)
+), with_op AS (
+    SELECT a.*, tk_op_name(coalesce(x.op, l.op)) AS op
+    FROM a LEFT JOIN ext_op x ON x.external_id = a.external_id AND a.external_id <> 0
+    LEFT JOIN launch_op l ON l.launch_id = a.launch_id
+), kinds AS (  -- the rules run once per distinct (kernel name, op), not once per kernel
+    SELECT DISTINCT name, op FROM with_op WHERE kind = 'kernel'
+), cat AS (
+    SELECT k.name, k.op, arg_min(r.category, r.priority) AS category
+    FROM kinds k JOIN tk_category_rules r
+      ON (r.target = 'kernel' AND regexp_matches(k.name, r.pattern, 'i'))
+      OR (r.target = 'op' AND k.op IS NOT NULL AND regexp_matches(k.op, r.pattern, 'i'))
+    GROUP BY k.name, k.op
+), short AS (
+    SELECT name, tk_kernel_name(name) AS short_name
+    FROM (SELECT DISTINCT name FROM with_op WHERE kind = 'kernel')
+)
+SELECT w.trace_id, w.event_id, w.kind, w.name,
+       coalesce(s.short_name, w.name) AS short_name,
+       w.device, w.stream, w.start_ns, w.end_ns, w.dur_ns, w.stage, w.request_id, w.op,
+       w.direction,
+       CASE WHEN w.kind = 'memcpy' THEN 'memcpy ' || w.direction
+            WHEN w.kind = 'memset' THEN 'memset'
+            ELSE coalesce(c.category, 'other') END AS category
+FROM with_op w LEFT JOIN cat c ON c.name = w.name AND c.op IS NOT DISTINCT FROM w.op
+LEFT JOIN short s ON w.kind = 'kernel' AND s.name = w.name;
+
+-- tk_device_names(tid) -> (device, device_name): the GPU names trace `tid` records
+-- (traces.devices), 'GPU <n>' where it records none; -1 is 'GPU (unnamed)'.
+CREATE OR REPLACE TEMP MACRO tk_device_names(tid) AS TABLE
+WITH d AS (
+    SELECT unnest(CAST(devices AS JSON[])) AS d FROM traces WHERE trace_id = tid
+)
+SELECT TRY_CAST(d->>'id' AS INTEGER) AS device, min(d->>'name') AS device_name
+FROM d WHERE TRY_CAST(d->>'id' AS INTEGER) IS NOT NULL GROUP BY 1;
+
+-- tk_stage_samples() -> (trace_id, request_id, stage, dur_ns): one sample per request and
+-- stage, over every trace: a stage's time in a request is the sum of its ranges' durations
+-- there; `end_to_end` is the request's duration; `unattributed` the request minus the union
+-- of its stage ranges (clipped to the request). Stages outside every request are left out,
+-- and so are 'window' requests (a trace's whole span is not a unit of work to compare).
+CREATE OR REPLACE TEMP MACRO tk_stage_samples() AS TABLE
+WITH req AS (
+    SELECT * FROM requests WHERE source <> 'window'
+), st AS (
+    SELECT s.trace_id, s.request_id, s.stage, s.dur_ns,
+           greatest(s.start_ns, r.start_ns) AS a, least(s.end_ns, r.end_ns) AS b
+    FROM stages s JOIN req r USING (trace_id, request_id)
+), iv AS (
+    SELECT {'trace_id': trace_id, 'request_id': request_id} AS key, a AS start_ns,
+           b AS end_ns
+    FROM st
+), covered AS (  -- union length of each request's stages
+    SELECT key.trace_id AS trace_id, key.request_id AS request_id, union_ns AS covered_ns
+    FROM tk_union_ns('iv')
+)
+SELECT trace_id, request_id, stage, sum(dur_ns)::BIGINT AS dur_ns
+FROM st GROUP BY trace_id, request_id, stage
+UNION ALL
+SELECT trace_id, request_id, 'end_to_end', dur_ns FROM req
+UNION ALL
+SELECT r.trace_id, r.request_id, 'unattributed', r.dur_ns - coalesce(c.covered_ns, 0)
+FROM req r LEFT JOIN covered c USING (trace_id, request_id);

@@ -1,0 +1,168 @@
+"""Findings about input size: padding waste and attention-score work (issue 21).
+
+They read the rows of `padding_waste` and `attention_score_ops` (facts recorded by
+`--stage`/`--request` call hooks, and op input shapes) and, like the rules in findings.py, never
+read the store. Thresholds are materiality thresholds: below them no card is shown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tracekit.report.findings import Finding
+
+Rows = Sequence[Mapping[str, Any]]
+Results = Mapping[str, Rows]
+
+PADDING_SHARE = 0.5  # most tokens are padding
+SCORE_SHARE = 0.5  # attention-score ops take most of a stage's op time
+MODEL_STAGES = ("inference", "model", "forward")
+MIN_REQUESTS = 5  # fewer requests: no statement about sizes
+TAIL_MS, TAIL_RATIO = 1.0, 0.2  # slowest request at least this much over the median
+MATERIAL_SHARE = 0.05  # stages under 5% of end to end get no growth card
+GROWTH_CORR = 0.8
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def rule_padding_waste(results: Results) -> Iterable[Finding]:
+    rows = [r for r in results.get("padding_waste", []) if _num(r.get("padded_tokens")) > 0]
+    if not rows:
+        return
+    # the model's stage when it has the facts, else the stage with the most padded tokens
+    row = next((r for r in rows if r["stage"] in MODEL_STAGES), None) or max(
+        rows, key=lambda r: (_num(r["padded_tokens"]), r["stage"])
+    )
+    share = _num(row["padding_share"])
+    if share < PADDING_SHARE:
+        return
+    yield Finding(
+        "padding_waste",
+        "high",
+        "Most tokens are padding",
+        f"{share:.0%} of the {int(_num(row['padded_tokens']))} tokens {row['stage']} computed on "
+        f"are padding ({int(_num(row['real_tokens']))} real; mean padded length "
+        f"{_num(row['mean_padded_len']):.0f}, most real tokens in one call "
+        f"{int(_num(row['max_real_per_range']))})",
+        "padding_waste",
+        "Pad to the batch's longest input or to length buckets (dynamic padding), sort or "
+        "bucket requests by length; attention work grows with the square of the padded length.",
+        {
+            "padding_share": share,
+            "padded_tokens": _num(row["padded_tokens"]),
+            "real_tokens": _num(row["real_tokens"]),
+        },  # fmt: skip
+    )
+
+
+def rule_attention_scores(results: Results) -> Iterable[Finding]:
+    rows = {r["stage"]: r for r in results.get("attention_score_ops", [])}
+    row = next((rows[s] for s in MODEL_STAGES if s in rows), None)
+    if row is None or _num(row.get("share")) < SCORE_SHARE:
+        return
+    share = _num(row["share"])
+    names = ", ".join(str(row.get("top_ops") or "").split(", ")[:4])
+    yield Finding(
+        "attention_scores",
+        "high",
+        f"Attention-score work dominates {row['stage']}",
+        f"ops on the [B, H, L, L] attention scores ({names} ...) take "
+        f"{_num(row['score_self_ms']):.3f} ms, {share:.0%} of {row['stage']} op self time "
+        f"({_num(row['ops_self_ms']):.3f} ms)",
+        "attention_score_ops",
+        "This work grows with the square of the sequence length: cut padding first (see "
+        "padding_waste), then use fused attention (scaled_dot_product_attention / "
+        "FlashAttention).",
+        {"share": share, "score_self_ms": _num(row["score_self_ms"])},
+    )
+
+
+def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float:
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
+
+
+def _sized(results: Results) -> list[Mapping[str, Any]]:
+    return [r for r in results.get("request_sizes", []) if r.get("real_tokens") is not None]
+
+
+def _describe(r: Mapping[str, Any], n: int) -> str:
+    pad = f" padded to {int(r['padded_len'])}" if r.get("padded_len") else ""
+    return (f"request {r['request_id']} {_num(r['e2e_ms']):.1f} ms, {int(r['real_tokens'])} real "
+            f"tokens{pad} (size rank {r['size_rank']} of {n})")  # fmt: skip
+
+
+def rule_slowest_requests(results: Results) -> Iterable[Finding]:
+    rows = _sized(results)
+    if len(rows) < MIN_REQUESTS:
+        return
+    e2e = sorted(_num(r["e2e_ms"]) for r in rows)
+    median = e2e[len(e2e) // 2]
+    slowest = rows[:3]  # the query lists slowest first
+    gap = _num(slowest[0]["e2e_ms"]) - median
+    if gap < TAIL_MS or gap < TAIL_RATIO * median:
+        return
+    largest = sum(1 for r in slowest if int(r["size_rank"]) <= max(3, len(rows) // 4))
+    big = largest >= 2
+    yield Finding(
+        "slowest_requests",
+        "medium" if big else "info",
+        "The slowest requests are the largest inputs"
+        if big
+        else "The slowest requests are not the largest inputs",
+        "; ".join(_describe(r, len(rows)) for r in slowest) + f"; median {median:.1f} ms",
+        "request_sizes",
+        "Cap or bucket input lengths and batch requests of similar length."
+        if big
+        else "Look for what else differs in those requests: first calls, GC, other processes.",
+        {"slowest_ms": _num(slowest[0]["e2e_ms"]), "median_ms": median},
+    )
+
+
+def rule_length_growth(results: Results) -> Iterable[Finding]:
+    sizes = {r["request_id"]: _num(r["padded_tokens"]) for r in _sized(results)
+             if r.get("padded_tokens") is not None}  # fmt: skip
+    share = {r["stage"]: _num(r.get("share")) for r in results.get("stage_summary", [])
+             if r.get("row_kind") == "stage"}  # fmt: skip
+    per_stage: dict[str, list[tuple[float, float]]] = {}
+    for r in results.get("request_breakdown", []):
+        if r["request_id"] not in sizes:
+            continue
+        for stage, ms in json.loads(r["stages_json"]).items():
+            per_stage.setdefault(stage, []).append((sizes[r["request_id"]], float(ms)))
+    grows = []
+    for stage, pts in sorted(per_stage.items()):
+        if len(pts) < MIN_REQUESTS or share.get(stage, 0.0) < MATERIAL_SHARE:
+            continue
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        corr = _pearson(xs, ys)
+        if corr >= GROWTH_CORR and len(set(xs)) > 1:
+            grows.append((stage, corr))
+    if grows:
+        yield Finding(
+            "length_growth_padded",
+            "medium",
+            "Stage time grows with the padded input size",
+            ", ".join(f"{s} (correlation {c:.2f})" for s, c in grows)
+            + f" over {len(sizes)} requests, against padded tokens per request",
+            "request_sizes",
+            "Reduce padded length: dynamic padding, length buckets, truncation.",
+            {f"corr_{s}": c for s, c in grows},
+        )
+
+
+RULES = (rule_padding_waste, rule_attention_scores, rule_slowest_requests, rule_length_growth)
+QUERIES = ("padding_waste", "attention_score_ops", "request_sizes")
+
+
+def evaluate(results: Results) -> list[Finding]:
+    return [f for rule in RULES for f in rule(results)]
