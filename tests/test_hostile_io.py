@@ -268,6 +268,41 @@ def test_hostile_json_no_traceback(tmp_path_factory: pytest.TempPathFactory, doc
     assert trace.read_bytes() == (gzip.compress(doc) if gz else doc) or gz
 
 
+@examples(10)
+@given(where=st.sampled_from(["name", "value", "key", "nested", "thread"]), lone=surrogates,
+       engine=st.sampled_from(["duckdb", "python"]))  # fmt: skip
+def test_lone_surrogate_ingests(tmp_path_factory: pytest.TempPathFactory, where: str,
+                                lone: str, engine: str, monkeypatch: pytest.MonkeyPatch,
+                                ) -> None:  # fmt: skip
+    """A lone surrogate (UTF-8 cannot hold it) anywhere in a Kineto event is replaced: the
+    trace ingests, every event is kept, nothing in the store holds the surrogate."""
+    root = tmp_path_factory.mktemp("surrogate")
+    name = f"op{lone}" if where == "name" else "op"
+    args = {"value": f'{{"k": "v{lone}"}}', "key": f'{{"k{lone}": 1}}',
+            "nested": f'{{"a": [{{"b": ["{lone}"]}}], "big": 123456789012345678901234567890}}',
+            }.get(where, '{"k": 1}')  # fmt: skip
+    thread = f'"thread {lone}"' if where == "thread" else "1"
+    events = [
+        f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": {thread}, '
+        f'"ts": {i}, "dur": 1, "args": {args}}}'
+        for i in range(3)
+    ]
+    trace = root / "t.json"
+    doc = f'{{"traceEvents": [{", ".join(events)}]}}'.encode()
+    trace.write_bytes(doc)
+    monkeypatch.setenv("TRACEKIT_KINETO_ENGINE", engine)
+    code, out, err = run("sql", str(trace), "SELECT name, args::VARCHAR AS a FROM events",
+                         "--format", "json")  # fmt: skip
+    assert code == 0, err
+    rows = json.loads(out)
+    assert len(rows) == 3
+    for row in rows:
+        assert row["name"].startswith("op")
+        assert not any(0xD800 <= ord(c) <= 0xDFFF for c in row["name"] + row["a"])
+        assert json.loads(row["a"])  # still JSON
+    assert trace.read_bytes() == doc
+
+
 capture_json = st.one_of(
     st.binary(max_size=50),
     st.recursive(json_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(

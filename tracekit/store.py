@@ -145,6 +145,15 @@ def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) ->
     return None
 
 
+def _truncated(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """Why the file is shorter than the blocks its header lists (None: it is not): a cut
+    store may still open and answer from its first blocks."""
+    row = con.execute("SELECT block_size, total_blocks FROM pragma_database_size()").fetchone()
+    if row is not None and path.stat().st_size < int(row[0]) * int(row[1]):
+        return "it is truncated"
+    return None
+
+
 def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> bool:
     """Whether the cached store can be used: ours (see store_problem), opens cleanly, its
     meta key matches the source's, and its row counts agree with its traces table."""
@@ -157,7 +166,7 @@ def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> b
         why = f"it does not open ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
     else:
         try:
-            why = store_problem(con)
+            why = store_problem(con) or _truncated(con, cache)
             if why is None:
                 rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
                 if not all(rows.get(k) == v for k, v in key.items()):

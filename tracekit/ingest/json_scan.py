@@ -714,4 +714,6 @@ def _parse_events(body: bytes, path: Path) -> list[Any]:
         events = _loads(b"[" + body + b"]")
     except ValueError as e:
         raise TraceFormatError(f"{path}: invalid JSON inside traceEvents ({e})") from None
+    except RecursionError:  # (orjson stops at 1024 levels, the standard library near 1000)
+        raise TraceFormatError(f"{path}: JSON nested too deep inside traceEvents") from None
     return events
