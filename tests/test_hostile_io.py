@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -301,6 +302,31 @@ def test_lone_surrogate_ingests(tmp_path_factory: pytest.TempPathFactory, where:
         assert not any(0xD800 <= ord(c) <= 0xDFFF for c in row["name"] + row["a"])
         assert json.loads(row["a"])  # still JSON
     assert trace.read_bytes() == doc
+
+
+injection = st.lists(st.sampled_from(["[x](http://e.vil)", "![i](http://e.vil/a.png)",
+                                     "<img src=x onerror=alert(1)>", "\x1b[31m", "\x1b]0;t\x07",
+                                     "\r", "\n", "|", "`", "op"]), min_size=1, max_size=5
+                     ).map("".join)  # fmt: skip
+
+
+@examples(6)
+@given(name=injection)
+def test_names_inert_in_markdown_and_terminal(tmp_path_factory: pytest.TempPathFactory,
+                                              name: str) -> None:  # fmt: skip
+    """Link, image, HTML and escape-sequence syntax in a trace name stays inert in report.md
+    and in `tracekit sql`'s terminal table."""
+    root = tmp_path_factory.mktemp("inject")
+    trace = root / "t.json"
+    event = {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 1, "dur": 5}
+    trace.write_text(json.dumps({"traceEvents": [event]}))
+    code, out, err = run("report", str(trace), "-o", "-", "--format", "md")
+    assert code == 0, err
+    assert re.search(r"(?<!\\)\]\(http", out) is None  # (an escaped bracket is inert)
+    assert re.search(r"(?<!\\)<img", out) is None and "\x1b" not in out
+    code, out, err = run("sql", str(trace), "SELECT name FROM events")
+    assert code == 0, err
+    assert not any(c in out for c in "\x1b\x07\r")
 
 
 capture_json = st.one_of(
