@@ -79,7 +79,8 @@ def write_report(
             )
     stdout = str(output) == "-"
     if not stdout:
-        if output.exists() and not force and not output.is_symlink():
+        # (lexists: False for a name too long, which check_output then names)
+        if os.path.lexists(output) and not force and not output.is_symlink():
             raise TracekitError(
                 f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
             )
