@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -72,8 +73,11 @@ def wal_mode(path: Path) -> bool:
 
 
 def _uri(path: Path) -> str:
-    # immutable=1 when SQLite could not create its lock/journal files anyway.
-    q = "mode=ro&immutable=1"  # never a -wal/-shm/journal beside the input
+    # A rollback-journal export read `mode=ro` leaves nothing beside it and still sees a
+    # writer's lock ("is nsys still writing it?"); a WAL-mode one would get -wal/-shm files,
+    # so it is read immutable=1 (as is any file in a folder SQLite could not write anyway).
+    immutable = wal_mode(path) or not os.access(path.parent, os.W_OK)
+    q = "mode=ro&immutable=1" if immutable else "mode=ro"
     return f"{path.resolve().as_uri()}?{q}"
 
 
