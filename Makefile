@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP_CONSTRAINTS ?= .ci/constraints.txt
 RUN_DIR ?= runs/demo
 
-.PHONY: setup demo test samples bench lint readme
+.PHONY: setup demo test samples bench lint readme fuzz
 
 setup:
 	$(PYTHON) -m pip install -q -c $(PIP_CONSTRAINTS) -e '.[examples,dev,spark]'
@@ -15,6 +15,10 @@ demo: setup
 
 test:
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests
+
+# The hostile-input suites with 25x the examples (docs/security.md); CI runs the short ones.
+fuzz:
+	HYPOTHESIS_PROFILE=long $(PYTHON) -m pytest -q -p no:cacheprovider tests/test_hostile_io.py tests/test_hostile_scrub.py
 
 samples:
 	$(PYTHON) examples/make_samples.py

@@ -82,11 +82,13 @@ def test_scrub_nsys_export(tmp_path: Path):
     assert fingerprint(src) == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["shared.sqlite"]  # no temp left
     assert events_of(out) == events_of(src)
-    # Refuses to overwrite without --force; --keep-env keeps the environment.
+    # Refuses to overwrite without --force; --keep-env keeps the environment, never a
+    # secret-shaped value in it (a secret-named key's value).
     assert run("scrub", str(src), str(out))[0] == 2
     code, _, err = run("scrub", str(src), str(out), "--force", "--keep-env")
     assert code == 0, err
-    assert b"sk-test-123" in out.read_bytes()
+    assert b"\x00DEBIAN_FRONTEND=noninteractive" in out.read_bytes()
+    assert b"sk-test-123" not in out.read_bytes()
     assert fingerprint(src) == before
 
 

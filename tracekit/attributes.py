@@ -44,15 +44,30 @@ def read_sidecars(files: Iterable[Path]) -> list[dict[str, Any]]:
     """All well-formed records of the sidecar files (a torn last line is skipped)."""
     records = []
     for path in files:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 try:
                     rec = json.loads(line)
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):
                     continue
-                if isinstance(rec, dict) and isinstance(rec.get("name"), str):
+                if _well_formed(rec):
                     records.append(rec)
     return records
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**63
+
+
+def _well_formed(rec: Any) -> bool:
+    """A record whose fields have the types the matcher relies on (others are skipped)."""
+    return (
+        isinstance(rec, dict)
+        and isinstance(rec.get("name"), str)
+        and all(rec.get(k) is None or _is_int(rec[k]) for k in ("pid", "tid", "start_ns"))
+        and (rec.get("ordinal") is None or _is_int(rec["ordinal"]))
+        and isinstance(rec.get("attrs") or {}, dict)
+    )
 
 
 def _map_threads(side: dict[Thread, int], trace: dict[Thread, int]) -> dict[Thread, Thread]:
@@ -128,14 +143,20 @@ def apply_attributes_stats(
     ).fetchall()
     pairs, unmatched = match_records(records, ranges)
     rows = [
-        (trace_id, event_id, str(key), json.dumps(value, default=str, sort_keys=True))
+        (trace_id, event_id, _utf8(str(key)), json.dumps(value, default=str, sort_keys=True))
         for rec, event_id in pairs
         for key, value in sorted((rec.get("attrs") or {}).items())
     ]
     con.execute("DELETE FROM attributes WHERE trace_id = $trace_id", {"trace_id": trace_id})
-    if rows:
-        con.executemany("INSERT INTO attributes VALUES (?, ?, ?, ?)", rows)
+    from tracekit.ingest.common import insert_many
+
+    insert_many(con, "attributes", rows)
     return MatchStats(len(records), len(pairs), len(rows), unmatched)
+
+
+def _utf8(text: str) -> str:
+    """Lone surrogates (valid in JSON, not in UTF-8) replaced."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def apply_attributes(
@@ -151,9 +172,17 @@ def sidecars_for(run_dir: Path, trace: Path) -> list[Path]:
     if manifest.is_file():
         data = json.loads(manifest.read_text())
         rel = str(trace.resolve().relative_to(run_dir.resolve()))
-        return [
-            run_dir / f["path"]
-            for f in data.get("files", [])
-            if f.get("role") == "attributes" and rel in f.get("traces", [])
-        ]
+        files = data.get("files") if isinstance(data, dict) else None
+        root = run_dir.resolve()
+        found = []
+        for f in files if isinstance(files, list) else []:
+            if not isinstance(f, dict) or f.get("role") != "attributes":
+                continue
+            path, traces = f.get("path"), f.get("traces")
+            if not isinstance(path, str) or not isinstance(traces, list) or rel not in traces:
+                continue
+            candidate = run_dir / path
+            if root in candidate.resolve().parents:  # never a file outside the run folder
+                found.append(candidate)
+        return found
     return sorted((run_dir / "attributes").glob("**/attributes-*.jsonl"))

@@ -11,17 +11,16 @@ temporary name beside DIR and renamed into place: readers never see half an expo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from tracekit.errors import StoreError, TracekitError
+from tracekit.atomic import check_output, make_temp_dir, output_error, temp_name
+from tracekit.errors import StoreError
 from tracekit.stages import StageRule
 from tracekit.store import TABLES
 
@@ -41,29 +40,28 @@ def export_parquet(
     force: bool = False,
 ) -> ExportResult:
     """Write the tables of the traces/stores `sources` as Parquet under `out`."""
-    from tracekit.traceset import open_traces
+    from tracekit.traceset import input_files, open_traces
 
     out = Path(out)
-    if out.exists() and not force:
-        raise TracekitError(f"{out}: exists; pass --force to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    check_output(out, input_files(sources), force, folder=True)
+    tmp = make_temp_dir(out)
     rows: dict[str, int] = {}
     try:
         with open_traces(list(sources), stage_rules=stage_rules) as ts:
             for table in TABLES:
                 rows[table] = _copy_table(ts.con, table, tmp / table)
         if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+            old = temp_name(out)
             os.replace(out, old)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise output_error(out, e) from None
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ExportResult(out=out, rows=rows)
 

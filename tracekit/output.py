@@ -6,6 +6,7 @@ import datetime as dt
 import io
 import json
 import math
+import re
 import shutil
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,16 @@ def _cell(value: Any) -> str:
         return f"{value:.6g}" if abs(value) < 1e15 else f"{value:.6e}"
     if isinstance(value, (list, dict)):
         return json.dumps(value, default=str)
-    return str(value)
+    return _CONTROL.sub(_shown, str(value))
+
+
+# Control characters from a trace (ESC sequences, carriage returns) never reach the terminal
+# raw: a table shows them as \xNN (csv and json are data and keep them).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _shown(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
 
 
 def _rows(result: Rows | pl.DataFrame) -> Rows:

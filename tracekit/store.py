@@ -75,7 +75,7 @@ def _sidecar_files(source: Path) -> list[Path]:
         return []
     try:
         return [p for p in sidecars_for(run_dir, source) if p.is_file()]
-    except (OSError, ValueError):  # unreadable or foreign capture.json: no attributes
+    except (OSError, ValueError, RecursionError):  # unreadable or foreign capture.json
         return []
 
 
@@ -87,9 +87,26 @@ def _sidecar_digest(files: list[Path]) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+def _sample_digest(source: Path) -> str:
+    """A digest of the source's content that costs the same at any size: its size and
+    1 MiB from its start, middle and end (the identity catches the rest: see cache.py)."""
+    h = hashlib.sha256()
+    size = source.stat().st_size
+    h.update(str(size).encode())
+    with open(source, "rb") as f:
+        for offset in sorted({0, max(size // 2 - _SAMPLE // 2, 0), max(size - _SAMPLE, 0)}):
+            f.seek(offset)
+            h.update(f.read(_SAMPLE))
+    return h.hexdigest()
+
+
+_SAMPLE = 1 << 20
+
+
 def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
     return {
         **cache.source_identity(source),
+        "source_sample_sha256": _sample_digest(source),
         "sidecars": _sidecar_digest(_sidecar_files(source)),
         "schema_version": SCHEMA_VERSION,
         "tracekit_version": __version__,
@@ -97,20 +114,79 @@ def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
     }
 
 
-def _cache_is_fresh(cache: Path, key: dict[str, str]) -> bool:
-    if not cache.is_file():
+def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> str | None:
+    """Why the open database is not a store tracekit wrote (None: it looks like one).
+
+    Reads only DuckDB's catalog, so nothing stored in the file (a view, a macro) runs before
+    it passes: tracekit stores hold base tables only."""
+    db = catalog if catalog is not None else con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    p = {"db": db}
+    views = con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE database_name = $db AND NOT internal "
+        "ORDER BY 1 LIMIT 3",
+        p,
+    ).fetchall()
+    if views:
+        return "it holds views (" + ", ".join(str(v[0]) for v in views) + ")"
+    macros = con.execute(
+        "SELECT function_name FROM duckdb_functions() WHERE database_name = $db AND NOT internal"
+        " AND function_type IN ('macro', 'table_macro') ORDER BY 1 LIMIT 3",
+        p,
+    ).fetchall()
+    if macros:
+        return "it holds macros (" + ", ".join(str(m[0]) for m in macros) + ")"
+    kinds = dict(con.execute(
+        "SELECT table_name, table_type FROM information_schema.tables WHERE table_catalog = $db",
+        p,
+    ).fetchall())  # fmt: skip
+    missing = [t for t in (*TABLES, "meta") if kinds.get(t) != "BASE TABLE"]
+    if missing:
+        return f"missing tables: {', '.join(missing)}"
+    return None
+
+
+def _truncated(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """Why the file is shorter than the blocks its header lists (None: it is not): a cut
+    store may still open and answer from its first blocks."""
+    row = con.execute("SELECT block_size, total_blocks FROM pragma_database_size()").fetchone()
+    if row is not None and path.stat().st_size < int(row[0]) * int(row[1]):
+        return "it is truncated"
+    return None
+
+
+def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> bool:
+    """Whether the cached store can be used: ours (see store_problem), opens cleanly, its
+    meta key matches the source's, and its row counts agree with its traces table."""
+    if not cache.is_file() or cache.is_symlink():
         return False
+    why = None
     try:
         con = duckdb.connect(str(cache), read_only=True)
-    except duckdb.Error:
-        return False
-    try:
-        rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
-    except duckdb.Error:
-        return False
-    finally:
-        con.close()
-    return all(rows.get(k) == v for k, v in key.items())
+    except duckdb.Error as e:
+        why = f"it does not open ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    else:
+        try:
+            why = store_problem(con) or _truncated(con, cache)
+            if why is None:
+                rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
+                if not all(rows.get(k) == v for k, v in key.items()):
+                    return False  # stale: the source changed (no notice needed)
+                counts = con.execute(
+                    "SELECT (SELECT count(*) FROM traces), (SELECT sum(event_count) FROM traces),"
+                    " (SELECT count(*) FROM events)"
+                ).fetchone()
+                if counts is None or counts[0] != 1 or counts[1] != counts[2]:
+                    why = "its row counts disagree"
+        except duckdb.Error as e:
+            why = f"it cannot be read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        finally:
+            con.close()
+    if why is not None and notice:
+        import sys
+
+        print(f"tracekit: the cached store {cache} is not usable: {why}; rebuilding",
+              file=sys.stderr)  # fmt: skip
+    return why is None
 
 
 @contextlib.contextmanager
@@ -312,7 +388,11 @@ def ensure_trace_store(
         raise TraceFormatError(f"{source}: permission denied")
     store = out or cache_path_for(source)
     key = _source_key(source, rules)
-    if not refresh and _cache_is_fresh(store, key):
+    if store.is_dir() and not store.is_symlink():
+        raise StoreError(
+            f"{store}: a folder is where the cached store goes; remove it (tracekit cache clear)"
+        )
+    if not refresh and _cache_is_fresh(store, key, notice=True):
         _sweep_if_idle(source, store)
         cache.touch(store)
         return IngestResult(source=source, store=store, reused=True)

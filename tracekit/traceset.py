@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
+from tracekit.atomic import check_input_file
 from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
 from tracekit.lake import duckdb_table_sql, is_export_dir
@@ -36,13 +37,20 @@ def _capture_traces(directory: Path) -> list[Path] | None:
     """The traces a run folder's capture.json lists (None: no usable manifest)."""
     try:
         files = json.loads((directory / "capture.json").read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
-    roles = {f.get("role"): directory / f["path"] for f in files if isinstance(f, dict)}
+    if not isinstance(files, list):
+        return None
+    roles = {
+        f.get("role"): directory / f["path"]
+        for f in files
+        if isinstance(f, dict) and isinstance(f.get("path"), str) and "\x00" not in f["path"]
+    }
     traces = [roles[r] for r in ("nsys-sqlite", "torch-trace") if r in roles]
     if "nsys-sqlite" not in roles and "nsys-report" in roles:
         traces.append(roles["nsys-report"])
-    found = [p for p in traces if p.is_file()]
+    root = directory.resolve()
+    found = [p for p in traces if p.is_file() and root in p.resolve().parents]
     return sorted(found) or None
 
 
@@ -71,6 +79,19 @@ def find_traces(directory: Path) -> list[Path]:
     return found
 
 
+def input_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Every file an output must never replace: the paths given, the traces and stores they
+    stand for, and a run folder's capture.json and attribute sidecars."""
+    found = [Path(p) for p in paths]
+    for p in list(found):
+        with contextlib.suppress(TracekitError, OSError, ValueError):
+            if p.is_dir():
+                found += [p / "capture.json", p / "attributes"]
+            traces, stores = resolve_inputs([p])
+            found += traces + stores
+    return found
+
+
 def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
     """Split inputs into (trace files, existing stores). Folders expand to their traces; a
     Parquet export folder (tracekit export --parquet) counts as a store."""
@@ -84,6 +105,7 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
             raise TraceFormatError(f"{p}: permission denied (on a folder above it)") from None
         except OSError:
             raise TraceFormatError(f"{p}: no such file or directory") from None
+        check_input_file(p)
         if is_export_dir(p):
             stores.append(p)
         elif p.is_dir():
@@ -206,7 +228,7 @@ class TraceSet:
 
     def _execute(self, query: str, params: dict[str, Any] | None) -> duckdb.DuckDBPyConnection:
         try:
-            return self.con.execute(query, params or {})
+            return _interruptible(self.con, query, params or {})
         except duckdb.Error as e:
             msg = _first_line(e)
             if "read-only" in msg:
@@ -227,6 +249,36 @@ class TraceSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _interruptible(
+    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any]
+) -> duckdb.DuckDBPyConnection:
+    """`con.execute` on a worker thread, so Ctrl-C (delivered to the main thread, which
+    DuckDB's execute would block) interrupts the query: KeyboardInterrupt, exit 130."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["rel"] = con.execute(query, params)
+        except BaseException as e:  # raised again on the calling thread
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="tracekit-query", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except KeyboardInterrupt:
+        con.interrupt()
+        worker.join(10)
+        raise
+    if "error" in box:
+        raise box["error"]
+    rel: duckdb.DuckDBPyConnection = box["rel"]
+    return rel
 
 
 def _first_line(e: Exception) -> str:
@@ -284,13 +336,13 @@ def open_traces(
 
 
 def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None = None) -> None:
-    sql = "SELECT table_name FROM information_schema.tables WHERE table_catalog = "
-    sql += "current_database()" if catalog is None else "$catalog"
-    params = {} if catalog is None else {"catalog": catalog}
-    names = {r[0] for r in con.execute(sql, params).fetchall()}
-    missing = [t for t in TABLES if t not in names]
-    if missing:
-        raise StoreError(f"{path}: not a tracekit store (missing tables: {', '.join(missing)})")
+    from tracekit.store import store_problem
+
+    why = store_problem(con, catalog)
+    if why is not None:
+        if catalog is None:
+            con.close()
+        raise StoreError(f"{path}: not a store tracekit wrote ({why}); nothing in it was run")
 
 
 def _attach_union(

@@ -13,7 +13,6 @@ from tracekit.commands.options import (
     refresh_option,
     stage_option,
 )
-from tracekit.errors import TracekitError
 
 _SUFFIX_FORMAT = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
 
@@ -40,7 +39,7 @@ _SUFFIX_FORMAT = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
     "--output",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write here (default: stdout; html: <candidate>.diff.html beside it).",
+    help="Write here (default: stdout; html: <candidate>.diff.html beside it; - is stdout).",
 )
 @click.option(
     "--format",
@@ -83,12 +82,19 @@ def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
     from tracekit.compare.diff import diff_runs
     from tracekit.compare.render import render
 
+    stdout = output is not None and str(output) == "-"
     if fmt is None:
         fmt = _SUFFIX_FORMAT.get(output.suffix.lower(), "table") if output else "table"
-    if output is None and fmt == "html":
+    if output is None and fmt == "html" and not stdout:
         output = candidate.parent / f"{candidate.name.split('.')[0]}.diff.html"
-    if output is not None and output.exists() and not force:
-        raise TracekitError(f"{output}: exists; pass --force to overwrite it")
+    if output is not None and str(output) == "-":
+        output = None
+    elif output is not None:
+        from tracekit.atomic import check_output
+        from tracekit.traceset import input_files
+
+        check_output(output, input_files([baseline, candidate, *baseline_runs,
+                                          *candidate_runs]), force)  # fmt: skip
     result = diff_runs([baseline, *baseline_runs], [candidate, *candidate_runs],
                        stage_rules=parse_stage_rules(stage_rules), refresh=refresh,
                        min_change=min_change / 100, per=per)  # fmt: skip

@@ -51,8 +51,10 @@ def command(
 
     rules = parse_stage_rules(stage_rules)
     if output is not None:
-        if output.exists() and not force:
-            raise TracekitError(f"{output}: exists; pass --force to overwrite it")
+        from tracekit.atomic import check_output
+        from tracekit.traceset import input_files
+
+        check_output(output, input_files(traces), force)
         out, results = write_store(traces, output, rules, refresh, jobs)
     else:
         files, stores = resolve_inputs(traces)

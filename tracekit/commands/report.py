@@ -21,7 +21,8 @@ from tracekit.commands.options import (
     "-o",
     "--output",
     type=click.Path(path_type=Path),
-    help="Write here (default: beside the input, e.g. trace.report.html, or RUN_DIR/report.html).",
+    help="Write here (default: beside the input, e.g. trace.report.html, or RUN_DIR/report.html; "
+    "- is stdout).",
 )
 @format_option(("html", "md", "json"), "html")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
@@ -58,4 +59,5 @@ def command(
         top_n=top_n,
         engine=engine,
     )
-    click.echo(f"Wrote {path}")
+    if str(path) != "-":
+        click.echo(f"Wrote {path}")

@@ -28,7 +28,9 @@ from tracekit.output import FORMATS, render_result
     show_default=True,
     help="table fits the terminal; csv has a header row; json is an array of rows.",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here, not stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Write here, not stdout (- is stdout)."
+)
 @click.option("--write", is_flag=True, help="Open a store read-write (default: read-only).")
 @stage_option
 @cache_dir_option
@@ -46,9 +48,13 @@ def command(
 ) -> None:
     """Run SQL (DuckDB's dialect) over traces, run folders, stores or Parquet export folders.
     Tables: traces, threads, events, stages, requests, attributes (docs/schema.md)."""
-    from tracekit.atomic import atomic_output
-    from tracekit.traceset import open_engine
+    from tracekit.atomic import atomic_output, check_output
+    from tracekit.traceset import input_files, open_engine
 
+    if output is not None and str(output) == "-":
+        output = None
+    if output is not None:  # (-o replaces an earlier output, never an input)
+        check_output(output, input_files(source), force=True)
     with open_engine(
         engine,
         list(source),

@@ -7,6 +7,7 @@ and in a file `FILE:LINE`.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 import tomllib
@@ -66,7 +67,10 @@ def fmt(v: float) -> str:
 
 def _number(text: str, where: str, budget: str) -> float:
     try:
-        return float(text)
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(text)
+        return value
     except ValueError:
         raise ConfigError(f"{where}: budget {budget!r}: {text!r} is not a number") from None
 

@@ -133,14 +133,14 @@ _SNIFF_BYTES = 1 << 20
 def _looks_like_chrome_trace(path: Path) -> bool:
     """A JSON file in a folder counts as a trace only if `traceEvents` shows up early, so a
     report.json or diff.json written into a run folder is not taken for one."""
-    import gzip
     import zlib
 
-    opener = gzip.open if path.name.endswith(".gz") else open
+    from tracekit.ingest.json_scan import open_trace_bytes
+
     try:
-        with opener(path, "rb") as fh:
+        with open_trace_bytes(path) as fh:  # (gzip bounded: a bomb stops at its bound)
             return b'"traceEvents"' in fh.read(_SNIFF_BYTES)
-    except (OSError, EOFError, zlib.error):
+    except (OSError, EOFError, zlib.error, TraceFormatError):
         return True  # let the ingestor name what is wrong with it
 
 
@@ -182,6 +182,9 @@ def suffixes() -> tuple[str, ...]:
 
 def detect(path: Path) -> TraceFormat:
     """The format of `path`, from its first bytes."""
+    from tracekit.atomic import check_input_file
+
+    check_input_file(path)  # a FIFO would block the open below forever
     try:
         with open(path, "rb") as fh:
             head = fh.read(HEAD_BYTES)

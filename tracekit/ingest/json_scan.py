@@ -18,11 +18,12 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import orjson
 
 from tracekit.errors import TraceFormatError
+from tracekit.ingest.bounded_gzip import BoundedGzipFile
 
 if TYPE_CHECKING:  # (numpy is imported where it is used: 0.1-0.2 s at start-up)
     import numpy as np
@@ -45,7 +46,7 @@ def open_trace_bytes(path: Path) -> IO[bytes]:
     f = open(path, "rb")
     if f.read(2) == b"\x1f\x8b":
         f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        return cast(IO[bytes], BoundedGzipFile(f, path))  # (GzipFile is a BufferedIOBase)
     f.seek(0)
     return f
 
@@ -359,7 +360,7 @@ def locate_events_array(
     try:
         gz = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
-        f: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw  # type: ignore[assignment]
+        f = cast(IO[bytes], BoundedGzipFile(raw, path)) if gz else raw
         head, start = _head(f, path)
         if start < 0:
             return None
@@ -713,4 +714,6 @@ def _parse_events(body: bytes, path: Path) -> list[Any]:
         events = _loads(b"[" + body + b"]")
     except ValueError as e:
         raise TraceFormatError(f"{path}: invalid JSON inside traceEvents ({e})") from None
+    except RecursionError:  # (orjson stops at 1024 levels, the standard library near 1000)
+        raise TraceFormatError(f"{path}: JSON nested too deep inside traceEvents") from None
     return events

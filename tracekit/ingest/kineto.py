@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import math
 import os
 import re
@@ -17,7 +18,14 @@ from typing import Any
 import duckdb
 import orjson
 
-from tracekit.ingest.common import STAGING_TABLE, EventWriter, IngestStats, TraceInfo, add_thread
+from tracekit.ingest.common import (
+    STAGING_TABLE,
+    EventWriter,
+    IngestStats,
+    TraceInfo,
+    add_thread,
+    insert_many,
+)
 from tracekit.ingest.json_scan import (
     EventsArray,
     ScanResult,
@@ -221,11 +229,8 @@ def _ingest_duckdb(con: duckdb.DuckDBPyConnection, path: Path, trace_id: int,
             with contextlib.suppress(FileNotFoundError):
                 events_json.unlink()
         labels = _label_ids(groups)
-        if labels:  # (one statement: a parameter per row costs ~1 ms here)
-            con.execute(
-                "INSERT INTO _kineto_labels SELECT unnest($labels), unnest($ids)",
-                {"labels": list(labels), "ids": [-i for i in labels.values()]},
-            )
+        if labels:  # (one Arrow batch: a parameter per row costs ~1 ms here)
+            insert_many(con, "_kineto_labels", [(label, -ident) for label, ident in labels.items()])
         rare = 0
         for fate, reason, _, _, n, _ in groups:  # (several groups per fate: one per label)
             if fate == "python":
@@ -553,18 +558,46 @@ def _append(cols: dict[str, list[Any]], event_id: int, kind: str, name: str, sta
 def _dumps(args: dict[str, Any]) -> str:
     try:
         return orjson.dumps(args).decode()
-    except TypeError:  # integers beyond 64 bits: keep them, as strings
-        return orjson.dumps(_big_ints_to_str(args)).decode()
+    except TypeError:  # (orjson.JSONEncodeError) ints beyond 64 bits, lone surrogates, depth
+        pass
+    try:
+        clean = _clean(args)
+    except RecursionError:
+        return _TOO_DEEP
+    try:
+        return orjson.dumps(clean).decode()
+    except TypeError:  # nested past orjson's 254 levels: the standard library's encoder
+        pass
+    try:
+        return json.dumps(clean, ensure_ascii=False)
+    except (RecursionError, ValueError):
+        return _TOO_DEEP
 
 
-def _big_ints_to_str(value: Any) -> Any:
+# args that no encoder writes back (nested past Python's recursion limit): kept as a note
+_TOO_DEEP = '{"tracekit": "args nested too deep to store"}'
+
+
+def _clean(value: Any) -> Any:
+    """`value` with integers beyond 64 bits as strings and lone surrogates (which UTF-8
+    cannot hold) replaced in every string, keys included."""
+    if isinstance(value, str):
+        return _utf8(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
         return str(value)
     if isinstance(value, dict):
-        return {str(k): _big_ints_to_str(v) for k, v in value.items()}
+        return {_utf8(str(k)): _clean(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_big_ints_to_str(v) for v in value]
+        return [_clean(v) for v in value]
     return value
+
+
+def _utf8(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate: "?"
+    return text
 
 
 def _add_complete(ev: dict[str, Any], event_id: int, cols: dict[str, list[Any]],

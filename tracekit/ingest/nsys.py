@@ -32,6 +32,7 @@ from tracekit.ingest.nsys_source import (
     connect_ro,
     probe,
     sqlite_error,
+    wal_mode,
 )
 from tracekit.progress import NO_PROGRESS, Progress
 
@@ -99,7 +100,9 @@ def _ingest(
 ) -> TraceInfo:
     alias = f"_tk_nsys_src{trace_id}"
     writer = EventWriter(con, trace_id)
-    if reader == "sqlite3":
+    if reader == "sqlite3" or wal_mode(path):
+        # (sqlite_scanner opens a WAL-mode file so as to leave -wal/-shm beside it; sqlite3
+        # reads it immutable)
         return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id, progress))
     try:
         attach_scanner(con, path, alias)

@@ -62,9 +62,22 @@ class Probe:
         return column in self.columns.get(table, ())
 
 
+def wal_mode(path: Path) -> bool:
+    """Whether the SQLite header says write-ahead log (file format versions 2 at 18/19)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return False
+    return len(head) == 20 and (head[18] == 2 or head[19] == 2)
+
+
 def _uri(path: Path) -> str:
-    # immutable=1 when SQLite could not create its lock/journal files anyway.
-    q = "mode=ro" if os.access(path.parent, os.W_OK) else "mode=ro&immutable=1"
+    # A rollback-journal export read `mode=ro` leaves nothing beside it and still sees a
+    # writer's lock ("is nsys still writing it?"); a WAL-mode one would get -wal/-shm files,
+    # so it is read immutable=1 (as is any file in a folder SQLite could not write anyway).
+    immutable = wal_mode(path) or not os.access(path.parent, os.W_OK)
+    q = "mode=ro&immutable=1" if immutable else "mode=ro"
     return f"{path.resolve().as_uri()}?{q}"
 
 

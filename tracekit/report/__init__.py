@@ -59,9 +59,10 @@ def write_report(
 ) -> Path:
     """Build the report over traces / run dirs / stores / export folders and write it
     atomically; its path. engine "spark" reads export folders with Spark (tracekit.spark)."""
-    from tracekit.atomic import write_text_atomic
+    from tracekit.atomic import check_output, write_text_atomic
     from tracekit.report.context import build_report_context
     from tracekit.report.render import render
+    from tracekit.traceset import input_files, open_engine
 
     if not sources:
         raise TracekitError("report: give a trace, run folder or store")
@@ -76,15 +77,20 @@ def write_report(
                 "current folder",
                 file=sys.stderr,
             )
-    if output.exists() and not force:
-        raise TracekitError(
-            f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
-        )
-    from tracekit.traceset import open_engine
-
+    stdout = str(output) == "-"
+    if not stdout:
+        # (lexists: False for a name too long, which check_output then names)
+        if os.path.lexists(output) and not force and not output.is_symlink():
+            raise TracekitError(
+                f"{output}: already exists; pass --force to overwrite it or -o to write elsewhere"
+            )
+        check_output(output, input_files(sources), force)
     with open_engine(engine, list(sources), stage_rules=stage_rules) as ts:
         ctx = build_report_context(ts, [Path(s) for s in sources], top_n=top_n)
         text = render(ctx, fmt)
+    if stdout:
+        sys.stdout.write(text)
+        return output
     write_text_atomic(output, text)
     return output
 

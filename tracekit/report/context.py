@@ -15,6 +15,7 @@ from typing import Any
 
 import tracekit
 from tracekit.errors import TraceFormatError
+from tracekit.redact import redact_value
 from tracekit.report import charts
 from tracekit.report.figures import figures
 from tracekit.report.findings import Finding, evaluate
@@ -347,6 +348,10 @@ def scrub_env(value: Any) -> Any:
     return value
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__
+
+
 def load_capture(paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
     """Facts from capture.json of a run dir among the inputs (command, versions, devices)."""
     for p in paths:
@@ -355,12 +360,13 @@ def load_capture(paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
             continue
         try:
             data = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            raise TraceFormatError(f"{f}: not valid JSON ({e})") from None
+        except (OSError, ValueError, RecursionError) as e:
+            raise TraceFormatError(f"{f}: not valid JSON ({_one_line(e)})") from None
         if not isinstance(data, dict):
             raise TraceFormatError(f"{f}: expected a JSON object")
         out = []
-        for k, v in sorted(scrub_env(data).items()):
+        # Secrets in command lines (--password=..., --hf-token X) never reach a report.
+        for k, v in sorted(redact_value(scrub_env(data)).items()):
             if (
                 isinstance(v, list)
                 and k in ("command", "argv")

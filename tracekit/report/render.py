@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from functools import cache
 from importlib.resources import files
 from typing import Any
@@ -23,11 +24,15 @@ JSON_SCHEMA_VERSION = 1
 
 
 def md_escape(value: object) -> str:
-    """A table-safe Markdown cell on one line: backslash, pipe, angle brackets, backtick escaped."""
+    """A table-safe Markdown cell on one line: backslash, pipe, angle brackets, backtick and
+    square brackets escaped (trace names are untrusted: no HTML, no links, no images)."""
     text = " ".join(str(value).split())
-    for ch in ("\\", "|", "<", ">", "`"):
+    for ch in ("\\", "|", "<", ">", "`", "[", "]"):
         text = text.replace(ch, "\\" + ch)
-    return text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # (ESC sequences: shown as \xNN, never raw)
 
 
 @cache
