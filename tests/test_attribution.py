@@ -125,7 +125,7 @@ def test_stage_rules_keep_the_outermost_hits_like_a_python_pass(seed: int, tmp_p
     in the file stays) - nested, tangled, shared starts and ends, identical intervals."""
     import re
 
-    from tracekit.stages import parse_rule
+    from tracekit.store.stages import parse_rule
 
     rng = random.Random(seed)
     names = ("pre_tokenize", "pre_pad", "infer_forward", "infer_layer", "post_decode", "other")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SAMPLE_TRACES
-from tracekit import cache
+from tracekit.store import cache
 
 KINETO = SAMPLE_TRACES / "torch.pt.trace.json"
 NSYS = SAMPLE_TRACES / "nsys.sqlite"

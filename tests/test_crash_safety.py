@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from tests.conftest import REPO
-from tracekit.cache import store_path_for
+from tracekit.store.cache import store_path_for
 
 EVENTS = 200_000  # about 1-2 s of ingest on one core
 

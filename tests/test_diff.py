@@ -17,10 +17,10 @@ from click.testing import CliRunner
 
 import tracekit
 from tests.conftest import SHARED_TRACES
-from tracekit.cache import store_path_for
 from tracekit.cli import main
 from tracekit.compare.diff import diff_runs
 from tracekit.compare.render import render
+from tracekit.store.cache import store_path_for
 
 CONTROL = SHARED_TRACES / "kineto_trace_diff_control_hta.json.gz"
 TEST = SHARED_TRACES / "kineto_trace_diff_test_hta.json.gz"

@@ -151,7 +151,7 @@ def test_module_traces_get_inferred_stages_covering_half_of_each_request(
 
 @pytest.mark.parametrize("trace", shared_params("kineto_h100_bert*.json.gz"))
 def test_stage_depth_option_picks_the_module_depth(trace: Path, copy_trace) -> None:
-    from tracekit.stages import depth_rule
+    from tracekit.store.stages import depth_rule
 
     src = copy_trace(trace)
     with tracekit.open(src, stage_rules=[depth_rule(2)]) as ts:

@@ -17,9 +17,9 @@ import duckdb
 import pytest
 
 from tests.conftest import REPO, shared_params, shared_traces
-from tracekit.derive import derive
 from tracekit.ingest import json_scan, kineto
 from tracekit.store import create_schema
+from tracekit.store.derive import derive
 
 EVENT_COLUMNS = ("event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device, stream, "
                  "correlation, external_id, parent_id, depth, self_ns, launch_id, stage, "

@@ -10,12 +10,11 @@ from click.testing import CliRunner
 
 import tracekit
 from tests.test_export import synth
-from tracekit import parallel
 from tracekit.cli import main
 from tracekit.errors import TracekitError
-from tracekit.parallel import ensure_many
-from tracekit.store import IngestResult, cache_path_for, ensure_trace_store
-from tracekit.traceset import find_traces
+from tracekit.store import IngestResult, cache_path_for, ensure_trace_store, parallel
+from tracekit.store.parallel import ensure_many
+from tracekit.store.traceset import find_traces
 
 
 def _ranks(tmp_path: Path) -> Path:
@@ -78,7 +77,7 @@ COUNTS = (
 
 
 def _record_pid(path: Path, rules: list, refresh: bool) -> IngestResult:
-    """Stands in for tracekit.parallel._one: notes which process built each trace."""
+    """Stands in for tracekit.store.parallel._one: notes which process built each trace."""
     (Path(os.environ["TK_TEST_PIDS"]) / f"{path.name}.{os.getpid()}").touch()
     return ensure_trace_store(path, rules, refresh)
 

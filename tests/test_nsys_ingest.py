@@ -20,9 +20,9 @@ import pytest
 import tracekit
 from tests import nsys_oracle as oracle
 from tests.conftest import REPO, shared_traces
-from tracekit.derive import derive
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import nsys
+from tracekit.store.derive import derive
 
 SCHEMA = (REPO / "tracekit" / "schema.sql").read_text()
 QUERIES = REPO / "queries"

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO, SAMPLE_TRACES
 from tracekit import progress, store
-from tracekit.derive import derive_steps
+from tracekit.store.derive import derive_steps
 
 
 class _Recorder(progress.Progress):

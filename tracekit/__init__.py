@@ -21,14 +21,14 @@ from tracekit.errors import (  # noqa: E402
     TraceFormatError,
     TracekitError,
 )
-from tracekit.stages import StageRule, parse_rule  # noqa: E402
+from tracekit.store.stages import StageRule, parse_rule  # noqa: E402
 
 if TYPE_CHECKING:
-    from tracekit.traceset import TraceSet, open_traces, write_store
+    from tracekit.store.traceset import TraceSet, open_traces, write_store
 
     open = open_traces  # noqa: A001  (the public name users reach for: tracekit.open)
 
-# Imported at first use (PEP 562): tracekit.traceset pulls in DuckDB, which `tracekit --help`
+# Imported at first use (PEP 562): tracekit.store.traceset pulls in DuckDB, which `tracekit --help`
 # and `import tracekit` for tracekit.stage() in a user's script never need.
 _LAZY = {"TraceSet": "TraceSet", "open": "open_traces", "open_traces": "open_traces",
          "write_store": "write_store"}  # fmt: skip
@@ -36,7 +36,7 @@ _LAZY = {"TraceSet": "TraceSet", "open": "open_traces", "open_traces": "open_tra
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from tracekit import traceset
+        from tracekit.store import traceset
 
         value = getattr(traceset, _LAZY[name])
         globals()[name] = value

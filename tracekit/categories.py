@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 
 from tracekit.errors import ConfigError
-from tracekit.stages import CONFIG_NAME
+from tracekit.store.stages import CONFIG_NAME
 
 
 @dataclass(frozen=True)

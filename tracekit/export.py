@@ -21,8 +21,8 @@ import duckdb
 
 from tracekit.atomic import check_output, make_temp_dir, output_error, temp_name
 from tracekit.errors import StoreError
-from tracekit.stages import StageRule
 from tracekit.store import TABLES
+from tracekit.store.stages import StageRule
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def export_parquet(
     force: bool = False,
 ) -> ExportResult:
     """Write the tables of the traces/stores `sources` as Parquet under `out`."""
-    from tracekit.traceset import input_files, open_traces
+    from tracekit.store.traceset import input_files, open_traces
 
     out = Path(out)
     check_output(out, input_files(sources), force, folder=True)

@@ -11,7 +11,7 @@ import shutil
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from tracekit.traceset import Rows
+from tracekit.store.traceset import Rows
 
 if TYPE_CHECKING:  # (table and JSON are written from plain rows: polars is for csv/parquet)
     import polars as pl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit import cache
+from tracekit.store import cache
 
 
 @click.group("cache", invoke_without_command=True)

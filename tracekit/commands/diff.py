@@ -91,7 +91,7 @@ def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
         output = None
     elif output is not None:
         from tracekit.atomic import check_output
-        from tracekit.traceset import input_files
+        from tracekit.store.traceset import input_files
 
         check_output(output, input_files([baseline, candidate, *baseline_runs,
                                           *candidate_runs]), force)  # fmt: skip

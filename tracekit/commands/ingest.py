@@ -13,7 +13,7 @@ from tracekit.commands.options import (
     stage_option,
 )
 from tracekit.errors import TracekitError
-from tracekit.traceset import write_store
+from tracekit.store.traceset import write_store
 
 
 @click.command("ingest")
@@ -47,12 +47,12 @@ def command(
 ) -> None:
     """Load nsys SQLite exports, .nsys-rep files, Kineto/Chrome JSON traces or folders of them
     into DuckDB stores. Prints what each trace held and what could not be placed."""
-    from tracekit.traceset import ingest_many, resolve_inputs
+    from tracekit.store.traceset import ingest_many, resolve_inputs
 
     rules = parse_stage_rules(stage_rules)
     if output is not None:
         from tracekit.atomic import check_output
-        from tracekit.traceset import input_files
+        from tracekit.store.traceset import input_files
 
         check_output(output, input_files(traces), force)
         out, results = write_store(traces, output, rules, refresh, jobs)

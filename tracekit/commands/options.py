@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tracekit.stages import StageRule, depth_rule, parse_rule
+from tracekit.store.stages import StageRule, depth_rule, parse_rule
 
 
 def _remember_depth(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
@@ -40,7 +40,7 @@ def stage_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _set_cache_dir(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
     if value is not None:
-        from tracekit.cache import set_cache_dir
+        from tracekit.store.cache import set_cache_dir
 
         set_cache_dir(value)
 
@@ -72,7 +72,7 @@ def parse_stage_rules(texts: tuple[str, ...]) -> list[StageRule] | None:
     if depth is None:
         return rules
     if rules is None:  # only --stage-depth: tracekit.toml's rules still apply
-        from tracekit.stages import load_config_rules
+        from tracekit.store.stages import load_config_rules
 
         rules = load_config_rules(Path.cwd())
     return [*rules, depth_rule(depth)]

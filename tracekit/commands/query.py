@@ -75,7 +75,7 @@ def command(
         if not sep:
             raise QueryError(f"--param {item!r}: expected KEY=VALUE")
         values[key.strip()] = value
-    from tracekit.traceset import open_engine
+    from tracekit.store.traceset import open_engine
 
     with open_engine(
         engine, list(source), stage_rules=parse_stage_rules(stage_rules), refresh=refresh

@@ -49,7 +49,7 @@ def command(
     """Run SQL (DuckDB's dialect) over traces, run folders, stores or Parquet export folders.
     Tables: traces, threads, events, stages, requests, attributes (docs/schema.md)."""
     from tracekit.atomic import atomic_output, check_output
-    from tracekit.traceset import input_files, open_engine
+    from tracekit.store.traceset import input_files, open_engine
 
     if output is not None and str(output) == "-":
         output = None

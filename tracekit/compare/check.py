@@ -10,7 +10,7 @@ from pathlib import Path
 from tracekit.atomic import atomic_output
 from tracekit.compare.budgets import Budget, Outcome, evaluate
 from tracekit.compare.metrics import RunMetrics, expand_runs, load_side
-from tracekit.stages import StageRule
+from tracekit.store.stages import StageRule
 
 
 @dataclass(frozen=True)

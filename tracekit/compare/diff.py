@@ -19,7 +19,7 @@ import numpy as np
 from tracekit.compare.items import MIN_CHANGE, ItemDelta, Unit, diff_items, work_unit
 from tracekit.compare.metrics import DeviceBusy, RunMetrics, load_side
 from tracekit.compare.views import expand_runs
-from tracekit.stages import StageRule
+from tracekit.store.stages import StageRule
 
 DIFF_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms")
 NOISE_METRICS: dict[str, float | None] = {"p50_ms": 50.0, "p99_ms": 99.0, "mean_ms": None}

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from tracekit.compare.views import RunViews, expand_runs, run_views
-from tracekit.stages import StageRule
-from tracekit.traceset import TraceSet, open_traces
+from tracekit.store.stages import StageRule
+from tracekit.store.traceset import TraceSet, open_traces
 
 STAGE_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms", "share", "count")
 

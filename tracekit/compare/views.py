@@ -17,8 +17,8 @@ from typing import Any
 
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import formats
-from tracekit.stages import StageRule
-from tracekit.traceset import find_traces, open_traces
+from tracekit.store.stages import StageRule
+from tracekit.store.traceset import find_traces, open_traces
 
 
 @dataclass(frozen=True)

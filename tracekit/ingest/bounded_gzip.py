@@ -27,7 +27,7 @@ _CHUNK = 16 * 1024 * 1024
 
 def limits() -> tuple[float, int]:
     """(max ratio, max bytes) from the environment."""
-    from tracekit.cache import parse_size
+    from tracekit.store.cache import parse_size
 
     ratio_text = os.environ.get(RATIO_ENV)
     try:

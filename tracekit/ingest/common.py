@@ -25,7 +25,7 @@ EVENT_KINDS = (
 )
 GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_range")
 # An ingestor may leave its rows in this temp table (events' columns, extra ones ignored)
-# instead of `events`: tracekit.derive then writes `events` once, derived, instead of twice.
+# instead of `events`: tracekit.store.derive then writes `events` once, derived, instead of twice.
 STAGING_TABLE = "_events_raw"
 
 _COLUMNS: list[tuple[str, str]] = [  # (name, Arrow type name)

@@ -132,7 +132,7 @@ def ingest(
     progress: Progress = NO_PROGRESS,
 ) -> TraceInfo:
     """Map every event of a Chrome/Kineto trace into `events` (or its staging table, see
-    tracekit.ingest.common.STAGING_TABLE: tracekit.derive moves the rows) and `threads`.
+    tracekit.ingest.common.STAGING_TABLE: tracekit.store.derive moves the rows) and `threads`.
 
     Fast path: the traceEvents array is copied out byte for byte and parsed by DuckDB's
     read_json (C++, both cores), and kineto.sql maps the complete events in SQL; the few

@@ -4,7 +4,7 @@
 knows (NVTX, CUDA runtime/driver API, kernels, memcpy, memset, synchronization, OS runtime,
 processes and threads) with one INSERT ... SELECT per table inside DuckDB, over the file
 attached read-only through sqlite_scanner (see nsys_map.py and docs/nsys.md). The events go to
-the temp staging table (tracekit.ingest.common.STAGING_TABLE), which tracekit.derive turns into
+the temp staging table (tracekit.ingest.common.STAGING_TABLE), which store.derive turns into
 `events`; threads go straight to `threads`. The user's file is never written: sqlite3 opens it
 `mode=ro`, DuckDB attaches it READ_ONLY.
 """
@@ -62,7 +62,7 @@ def ingest(
     progress: Progress = NO_PROGRESS,
 ) -> TraceInfo:
     """Stage the events and insert the threads of one nsys SQLite export; return what it says
-    of itself. The events are left in the temp staging table: run tracekit.derive next.
+    of itself. The events are left in the temp staging table: run tracekit.store.derive next.
 
     reader: "auto" (sqlite_scanner, falling back to sqlite3) or "sqlite3" (force the fallback).
     """
@@ -80,7 +80,7 @@ def ingest(
 
 
 def _create_staging(con: duckdb.DuckDBPyConnection) -> None:
-    # The rows go to the temp staging table, not `events`: tracekit.derive then writes the
+    # The rows go to the temp staging table, not `events`: tracekit.store.derive then writes the
     # compressed `events` once instead of twice (the mapping statements ran in 2/3 of the time
     # at 5e6 kernels; derive's read of the uncompressed temp rows costs back part of that).
     cols = "trace_id, event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device, stream, "
@@ -296,7 +296,7 @@ def _finish(
 
 # -- .nsys-rep ---------------------------------------------------------------------------
 def _cache_dir() -> Path:
-    from tracekit.cache import cache_dir
+    from tracekit.store.cache import cache_dir
 
     return cache_dir() / "nsys-export"
 

@@ -1,7 +1,7 @@
 """The nsys -> events mapping, as INSERT ... SELECT statements run inside DuckDB.
 
 Each source table is read once by one statement straight into the staging table
-(tracekit.ingest.common.STAGING_TABLE, which tracekit.derive turns into `events`): no rows pass
+(tracekit.ingest.common.STAGING_TABLE, which store.derive turns into `events`): no rows pass
 through Python, so memory stays bounded by DuckDB's own operators whatever the table size.
 event_id is `base + source rowid` (deterministic, no sort): ids are unique and increasing per
 table, with gaps where source rows are not events (NVTX domain/category rows, OSRT start/stop

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-from tracekit.stages import StageRule
+from tracekit.store.stages import StageRule
 
 SUFFIXES = (".json.gz", ".pt.trace.json", ".json", ".sqlite", ".nsys-rep", ".duckdb", ".gz")
 
@@ -62,7 +62,7 @@ def write_report(
     from tracekit.atomic import check_output, write_text_atomic
     from tracekit.report.context import build_report_context
     from tracekit.report.render import render
-    from tracekit.traceset import input_files, open_engine
+    from tracekit.store.traceset import input_files, open_engine
 
     if not sources:
         raise TracekitError("report: give a trace, run folder or store")

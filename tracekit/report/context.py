@@ -22,7 +22,7 @@ from tracekit.report.findings import Finding, evaluate
 from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
 from tracekit.sql import load_query
-from tracekit.traceset import QuerySource
+from tracekit.store.traceset import QuerySource
 
 SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (largest first)
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}

@@ -16,8 +16,6 @@ import duckdb
 from tracekit.atomic import check_input_file
 from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
-from tracekit.lake import duckdb_table_sql, is_export_dir
-from tracekit.stages import StageRule, load_config_rules
 from tracekit.store import (
     CACHE_SUFFIX,
     SCHEMA_VERSION,
@@ -28,6 +26,8 @@ from tracekit.store import (
     ensure_trace_store,
     is_duckdb_file,
 )
+from tracekit.store.lake import duckdb_table_sql, is_export_dir
+from tracekit.store.stages import StageRule, load_config_rules
 
 if TYPE_CHECKING:  # polars is imported when a result is returned: a store build never needs it
     import polars as pl
@@ -300,7 +300,7 @@ def ingest_many(
     workers: int | None = None,
 ) -> list[IngestResult]:
     """`ensure_trace_store` for every trace (in input order), in parallel over cores."""
-    from tracekit.parallel import ensure_many
+    from tracekit.store.parallel import ensure_many
 
     if len(traces) == 1:
         return [ensure_trace_store(traces[0], _rules_for(traces[0], stage_rules), refresh)]

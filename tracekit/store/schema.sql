@@ -1,5 +1,5 @@
 -- tracekit normalized store, schema version 2.
--- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store.py when this changes:
+-- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store/__init__.py when this changes:
 -- caches written under another version are rebuilt, never migrated in place.
 
 CREATE TABLE IF NOT EXISTS meta (
@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS events (
     correlation BIGINT,               -- runtime <-> GPU correlation id (unique per process)
     external_id BIGINT,               -- Kineto 'External id' (links cpu_op <-> runtime/kernel)
     args        JSON,                 -- source-specific fields (shapes, grid, bytes, copy kind ...)
-    -- derived after ingest by tracekit/derive.sql:
+    -- derived after ingest by tracekit/store/derive.sql:
     parent_id   BIGINT,               -- enclosing host event on the same thread
     depth       INTEGER,              -- 0 for top-level host events; NULL for GPU events
     self_ns     BIGINT,               -- dur_ns minus direct children's dur_ns (host events)

@@ -20,8 +20,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-from tracekit.stages import StageRule
 from tracekit.store import IngestResult, ensure_trace_store
+from tracekit.store.stages import StageRule
 
 
 def default_workers(n_traces: int) -> int:

@@ -4,7 +4,7 @@
 -- Fills events.parent_id/depth/self_ns (nesting per host thread), launch_id (GPU row -> runtime
 -- call, by correlation within the process), stage and request_id (attribution rules of
 -- docs/architecture.md), and the stages and requests tables.
--- Input: temp table _stage_rules(stage VARCHAR, pattern VARCHAR) made by tracekit/derive.py.
+-- Input: temp table _stage_rules(stage VARCHAR, pattern VARCHAR) made by tracekit/store/derive.py.
 -- derive.py runs it step by step, at the `-- @step <what>` lines (the progress line names them).
 
 -- @step nesting

@@ -1,7 +1,13 @@
 """The DuckDB store: one cached store per trace, built atomically, reused while unchanged.
 
-A trace's store is cached in tracekit's cache directory (`tracekit.cache`), never beside the
-trace. It is keyed on the source's identity (path, inode, size, mtime, ctime), the schema
+The store layer is this package: this module builds and checks one trace's store; traceset.py
+opens one or many as a `TraceSet` (tracekit.open); parallel.py builds several at once;
+derive.py (+ derive.sql, schema.sql) turns ingested rows into nesting, launches, stages,
+requests; stages.py and attributes.py hold stage rules and call-hook facts; cache.py the
+cache folder; lake.py a Parquet export as a store.
+
+A trace's store is cached in tracekit's cache directory (`tracekit.store.cache`), never
+beside the trace. It is keyed on the source's identity (path, inode, size, mtime, ctime), the schema
 version and the stage rules; it is written to a temporary name and renamed, under a file lock
 on the source, so a crash or a concurrent ingest never leaves a half-written store.
 """
@@ -25,15 +31,16 @@ from pathlib import Path
 
 import duckdb
 
-from tracekit import __version__, cache
-from tracekit.attributes import apply_attributes, sidecars_for
-from tracekit.derive import derive
+from tracekit import __version__
 from tracekit.errors import StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
 from tracekit.ingest.common import IngestStats, TraceInfo
 from tracekit.ingest.formats import TraceFormat
 from tracekit.progress import build_progress
-from tracekit.stages import StageRule, rules_digest
+from tracekit.store import cache
+from tracekit.store.attributes import apply_attributes, sidecars_for
+from tracekit.store.derive import derive
+from tracekit.store.stages import StageRule, rules_digest
 
 SCHEMA_VERSION = "2"
 CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
@@ -269,7 +276,7 @@ def _import_pandas() -> None:
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(files("tracekit").joinpath("schema.sql").read_text())
+    con.execute(files("tracekit.store").joinpath("schema.sql").read_text())
 
 
 def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> IngestResult:

@@ -9,11 +9,11 @@ import duckdb
 
 from tracekit.ingest.common import STAGING_TABLE
 from tracekit.progress import NO_PROGRESS, Progress
-from tracekit.stages import StageRule, split_depth
+from tracekit.store.stages import StageRule, split_depth
 
 
 def _events_ddl() -> str:
-    schema = files("tracekit").joinpath("schema.sql").read_text()
+    schema = files("tracekit.store").joinpath("schema.sql").read_text()
     match = re.search(r"CREATE TABLE IF NOT EXISTS events \(.*?\n\);", schema, re.S)
     assert match, "schema.sql lost its events table"  # a packaging bug, not user input
     return match.group(0)
@@ -21,7 +21,7 @@ def _events_ddl() -> str:
 
 def derive_steps() -> list[tuple[str, str]]:
     """derive.sql as (what, SQL) steps, split at its `-- @step <what>` lines."""
-    script = files("tracekit").joinpath("derive.sql").read_text()
+    script = files("tracekit.store").joinpath("derive.sql").read_text()
     parts = re.split(r"^-- @step (.+)$", script, flags=re.M)
     if any(line.strip() and not line.startswith("--") for line in parts[0].splitlines()):
         raise RuntimeError("derive.sql: SQL before its first `-- @step` line")  # (a packaging bug)
