@@ -24,7 +24,7 @@ from tracekit.errors import TraceFormatError
 from tracekit.ingest import nsys
 from tracekit.store.derive import derive
 
-SCHEMA = (REPO / "tracekit" / "schema.sql").read_text()
+SCHEMA = (REPO / "tracekit" / "store" / "schema.sql").read_text()
 QUERIES = REPO / "queries"
 WORKLOAD = REPO / "tests" / "data" / "nsys_workload.py"
 PROFILE_TIMEOUT_S = 300

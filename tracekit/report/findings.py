@@ -191,7 +191,7 @@ def rule_memcpy(results: Results) -> Iterable[Finding]:
         )
 
 
-def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float:
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float:
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
@@ -215,7 +215,7 @@ def rule_length_growth(results: Results) -> Iterable[Finding]:
         if len(points) < 5:
             continue
         xs, ys = [p[0] for p in points], [p[1] for p in points]
-        corr = _pearson(xs, ys)
+        corr = pearson(xs, ys)
         mx = sum(xs) / len(xs)
         sxx = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - sum(ys) / len(ys)) for x, y in points) / sxx if sxx else 0.0

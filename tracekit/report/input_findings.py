@@ -8,11 +8,10 @@ read the store. Thresholds are materiality thresholds: below them no card is sho
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tracekit.report.findings import Finding
+from tracekit.report.findings import Finding, pearson
 
 Rows = Sequence[Mapping[str, Any]]
 Results = Mapping[str, Rows]
@@ -85,15 +84,6 @@ def rule_attention_scores(results: Results) -> Iterable[Finding]:
     )
 
 
-def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float:
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
-
-
 def _sized(results: Results) -> list[Mapping[str, Any]]:
     return [r for r in results.get("request_sizes", []) if r.get("real_tokens") is not None]
 
@@ -147,7 +137,7 @@ def rule_length_growth(results: Results) -> Iterable[Finding]:
         if len(pts) < MIN_REQUESTS or share.get(stage, 0.0) < MATERIAL_SHARE:
             continue
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-        corr = _pearson(xs, ys)
+        corr = pearson(xs, ys)
         if corr >= GROWTH_CORR and len(set(xs)) > 1:
             grows.append((stage, corr))
     if grows:
