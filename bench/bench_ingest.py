@@ -10,7 +10,7 @@ around the work only (imports excluded), with that process's peak RSS:
   json.load        json.load of the file
   json.load+pass   json.load, then one plain-Python pass: count and total dur per (cat, name)
   orjson+pass      the same with orjson.loads (when orjson is installed)
-  ingest (cold)    tracekit.store.ensure_trace_store with no cache: parse + build the store
+  ingest (cold)    tracekit.store.build.ensure_trace_store with no cache: parse + build the store
   reopen (cached)  tracekit.open on the cached store + SELECT count(*) FROM events
   HTA load         HolisticTraceAnalysis TraceAnalysis(trace_dir=...) over the file (when
                    `hta` is installed: pip install HolisticTraceAnalysis psutil). Its load
@@ -75,7 +75,7 @@ SNIPPETS = {
         "N = sum(a[0] for a in agg.values())"),
     "ingest (cold)": (
         "from pathlib import Path\n"
-        "from tracekit.store import cache_path_for, ensure_trace_store\n"
+        "from tracekit.store.build import cache_path_for, ensure_trace_store\n"
         "cache_path_for(Path(PATH)).unlink(missing_ok=True)",
         "r = ensure_trace_store(Path(PATH), [], refresh=True); N = r.events"),
     "reopen (cached)": (
@@ -97,7 +97,7 @@ SNIPPETS = {
         "f = gzip.open(PATH + '.gz')\nwhile f.read(16 << 20): pass\nN = 0"),
     "ingest .gz (cold)": (
         "from pathlib import Path\n"
-        "from tracekit.store import cache_path_for, ensure_trace_store\n"
+        "from tracekit.store.build import cache_path_for, ensure_trace_store\n"
         "cache_path_for(Path(PATH + '.gz')).unlink(missing_ok=True)",
         "r = ensure_trace_store(Path(PATH + '.gz'), [], refresh=True); N = r.events"),
 }  # fmt: skip

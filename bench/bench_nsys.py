@@ -7,7 +7,7 @@ For each kernel count, bench/gen_nsys.py writes an export (kept in --dir and reu
 already there), then each measurement runs in its own fresh process, timed around the work
 only (imports excluded), with that process's peak RSS:
 
-  ingest (cold)      tracekit.store.ensure_trace_store(path, [], refresh=True): read the
+  ingest (cold)      tracekit.store.build.ensure_trace_store(path, [], refresh=True): read the
                      export, derive, write the store
   kernel summary     tracekit.open on the cached store + the top_kernels query (every kernel
                      kept: limit 10**9)

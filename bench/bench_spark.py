@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tracekit  # noqa: E402
 from bench.gen_kineto import generate  # noqa: E402
 from tracekit.export import export_parquet  # noqa: E402
-from tracekit.store import TABLES  # noqa: E402
+from tracekit.store.build import TABLES  # noqa: E402
 
 QUERIES = (
     ("rank_summary", {}),

@@ -166,7 +166,7 @@ def test_short_names_and_emit_nvtx_grouping() -> None:
     import duckdb
 
     from tracekit.categories import install
-    from tracekit.store import create_schema
+    from tracekit.store.build import create_schema
 
     con = duckdb.connect()
     create_schema(con)

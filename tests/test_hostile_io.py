@@ -473,7 +473,7 @@ def test_wal_mode_export_leaves_nothing_beside_it(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not SMALL_KINETO, reason="no shared Kineto trace")
 def test_planted_or_damaged_store_is_rebuilt(tmp_path: Path) -> None:
-    from tracekit.store import cache_path_for
+    from tracekit.store.build import cache_path_for
 
     trace = tmp_path / "t.json.gz"
     shutil.copyfile(SMALL_KINETO[0], trace)

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO, shared_params, shared_traces
 from tracekit.ingest import json_scan, kineto
-from tracekit.store import create_schema
+from tracekit.store.build import create_schema
 from tracekit.store.derive import derive
 
 EVENT_COLUMNS = ("event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device, stream, "

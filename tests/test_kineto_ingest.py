@@ -263,8 +263,8 @@ def test_epoch_microsecond_timestamps_keep_nanosecond_precision(tmp_path):
 
 
 def test_build_memory_limit_follows_the_json_size(tmp_path: Path, monkeypatch) -> None:
-    from tracekit import store
     from tracekit.ingest import json_scan
+    from tracekit.store import build as store
 
     monkeypatch.delenv(store.MEMORY_ENV, raising=False)
     big = tmp_path / "big.json"
@@ -296,7 +296,7 @@ def test_build_retries_with_the_default_limit_when_the_derived_one_is_too_tight(
 ) -> None:
     import duckdb
 
-    from tracekit import store
+    from tracekit.store import build as store
 
     monkeypatch.delenv(store.MEMORY_ENV, raising=False)
     limits = []

@@ -12,7 +12,8 @@ import tracekit
 from tests.test_export import synth
 from tracekit.cli import main
 from tracekit.errors import TracekitError
-from tracekit.store import IngestResult, cache_path_for, ensure_trace_store, parallel
+from tracekit.store import parallel
+from tracekit.store.build import IngestResult, cache_path_for, ensure_trace_store
 from tracekit.store.parallel import ensure_many
 from tracekit.store.traceset import find_traces
 

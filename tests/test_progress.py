@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SAMPLE_TRACES
-from tracekit import progress, store
+from tracekit import progress
+from tracekit.store import build as store
 from tracekit.store.derive import derive_steps
 
 
@@ -121,7 +122,7 @@ def test_quiet_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     src.write_bytes((SAMPLE_TRACES / "torch.pt.trace.json").read_bytes())
     env = {k: v for k, v in os.environ.items() if k != "TRACEKIT_PROGRESS"}
     code = (
-        "import sys, pathlib, tracekit.progress as p, tracekit.store as s\n"
+        "import sys, pathlib, tracekit.progress as p, tracekit.store.build as s\n"
         "p.DRAW_DELAY_S = 0; p.REDRAW_S = 0.001\n"
         "s.ensure_trace_store(pathlib.Path(sys.argv[1]), [], refresh=True)\n"
     )

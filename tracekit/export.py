@@ -21,7 +21,7 @@ import duckdb
 
 from tracekit.atomic import check_output, make_temp_dir, output_error, temp_name
 from tracekit.errors import StoreError
-from tracekit.store import TABLES
+from tracekit.store.build import TABLES
 from tracekit.store.stages import StageRule
 
 

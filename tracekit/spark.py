@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracekit.categories import CategoryRule, builtin_rules, user_rules
 from tracekit.errors import QueryError, TracekitError
-from tracekit.store import TABLES
+from tracekit.store.build import TABLES
 from tracekit.store.lake import export_table_path, is_export_dir
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracekit.store import TABLES
+from tracekit.store.build import TABLES
 
 
 def is_export_dir(path: Path) -> bool:

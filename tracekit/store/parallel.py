@@ -1,7 +1,7 @@
 """Ingest many traces at once: one process per trace, up to `workers` at a time.
 
 Each trace still gets its own cached store, built atomically under its own lock
-(tracekit.store.ensure_trace_store), so running this beside a sequential ingest of the same
+(tracekit.store.build.ensure_trace_store), so running this beside a sequential ingest of the same
 files is safe: the second one to take a trace's lock finds the cache fresh and reuses it.
 
 Traces whose cache is already fresh are answered in this process (a cheap metadata read), so
@@ -20,7 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-from tracekit.store import IngestResult, ensure_trace_store
+from tracekit.store.build import IngestResult, ensure_trace_store
 from tracekit.store.stages import StageRule
 
 
@@ -43,7 +43,7 @@ def _worker_init() -> None:
 
 def _is_fresh(path: Path, rules: list[StageRule]) -> bool:
     """Whether `path`'s cache can be reused as is (any doubt: no, let the worker decide)."""
-    from tracekit.store import _cache_is_fresh, _source_key, cache_path_for
+    from tracekit.store.build import _cache_is_fresh, _source_key, cache_path_for
 
     try:
         if not path.is_file():

@@ -1,5 +1,5 @@
 -- tracekit normalized store, schema version 2.
--- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store/__init__.py when this changes:
+-- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store/build.py when this changes:
 -- caches written under another version are rebuilt, never migrated in place.
 
 CREATE TABLE IF NOT EXISTS meta (

@@ -16,7 +16,7 @@ import duckdb
 from tracekit.atomic import check_input_file
 from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
-from tracekit.store import (
+from tracekit.store.build import (
     CACHE_SUFFIX,
     SCHEMA_VERSION,
     TABLES,
@@ -336,7 +336,7 @@ def open_traces(
 
 
 def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None = None) -> None:
-    from tracekit.store import store_problem
+    from tracekit.store.build import store_problem
 
     why = store_problem(con, catalog)
     if why is not None:

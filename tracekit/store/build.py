@@ -1,0 +1,409 @@
+"""Build and check one trace's store: cached in tracekit's cache directory, keyed on the
+source's identity, written atomically under a lock (the package docstring says more)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import datetime as dt
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+
+import duckdb
+
+from tracekit import __version__
+from tracekit.errors import StoreError, TraceFormatError, TracekitError
+from tracekit.ingest import formats
+from tracekit.ingest.common import IngestStats, TraceInfo
+from tracekit.ingest.formats import TraceFormat
+from tracekit.progress import build_progress
+from tracekit.store import cache
+from tracekit.store.attributes import apply_attributes, sidecars_for
+from tracekit.store.derive import derive
+from tracekit.store.stages import StageRule, rules_digest
+
+SCHEMA_VERSION = "2"
+CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
+TABLES = ("traces", "threads", "events", "stages", "requests", "attributes")
+DUCKDB_MAGIC_OFFSET = 8
+
+
+@dataclass
+class IngestResult:
+    """What building one trace's store did (for `tracekit ingest` to print)."""
+
+    source: Path
+    store: Path
+    reused: bool
+    format: str = ""
+    events: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_duckdb_file(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False
+    return head[DUCKDB_MAGIC_OFFSET : DUCKDB_MAGIC_OFFSET + 4] == b"DUCK"
+
+
+def cache_path_for(source: Path) -> Path:
+    """Where the cached store of `source` lives (in the cache directory, never beside it)."""
+    return cache.store_path_for(source)
+
+
+def _sidecar_files(source: Path) -> list[Path]:
+    """Attribute sidecars written next to `source` by `tracekit capture` (none elsewhere)."""
+    run_dir = source.parent
+    if not (run_dir / "capture.json").is_file() and not (run_dir / "attributes").is_dir():
+        return []
+    try:
+        return [p for p in sidecars_for(run_dir, source) if p.is_file()]
+    except (OSError, ValueError, RecursionError):  # unreadable or foreign capture.json
+        return []
+
+
+def _sidecar_digest(files: list[Path]) -> str:
+    parts = []
+    for p in files:
+        st = p.stat()
+        parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _sample_digest(source: Path) -> str:
+    """A digest of the source's content that costs the same at any size: its size and
+    1 MiB from its start, middle and end (the identity catches the rest: see cache.py)."""
+    h = hashlib.sha256()
+    size = source.stat().st_size
+    h.update(str(size).encode())
+    with open(source, "rb") as f:
+        for offset in sorted({0, max(size // 2 - _SAMPLE // 2, 0), max(size - _SAMPLE, 0)}):
+            f.seek(offset)
+            h.update(f.read(_SAMPLE))
+    return h.hexdigest()
+
+
+_SAMPLE = 1 << 20
+
+
+def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
+    return {
+        **cache.source_identity(source),
+        "source_sample_sha256": _sample_digest(source),
+        "sidecars": _sidecar_digest(_sidecar_files(source)),
+        "schema_version": SCHEMA_VERSION,
+        "tracekit_version": __version__,
+        "stage_rules": rules_digest(rules),
+    }
+
+
+def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> str | None:
+    """Why the open database is not a store tracekit wrote (None: it looks like one).
+
+    Reads only DuckDB's catalog, so nothing stored in the file (a view, a macro) runs before
+    it passes: tracekit stores hold base tables only."""
+    db = catalog if catalog is not None else con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    p = {"db": db}
+    views = con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE database_name = $db AND NOT internal "
+        "ORDER BY 1 LIMIT 3",
+        p,
+    ).fetchall()
+    if views:
+        return "it holds views (" + ", ".join(str(v[0]) for v in views) + ")"
+    macros = con.execute(
+        "SELECT function_name FROM duckdb_functions() WHERE database_name = $db AND NOT internal"
+        " AND function_type IN ('macro', 'table_macro') ORDER BY 1 LIMIT 3",
+        p,
+    ).fetchall()
+    if macros:
+        return "it holds macros (" + ", ".join(str(m[0]) for m in macros) + ")"
+    kinds = dict(con.execute(
+        "SELECT table_name, table_type FROM information_schema.tables WHERE table_catalog = $db",
+        p,
+    ).fetchall())  # fmt: skip
+    missing = [t for t in (*TABLES, "meta") if kinds.get(t) != "BASE TABLE"]
+    if missing:
+        return f"missing tables: {', '.join(missing)}"
+    return None
+
+
+def _truncated(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """Why the file is shorter than the blocks its header lists (None: it is not): a cut
+    store may still open and answer from its first blocks."""
+    row = con.execute("SELECT block_size, total_blocks FROM pragma_database_size()").fetchone()
+    if row is not None and path.stat().st_size < int(row[0]) * int(row[1]):
+        return "it is truncated"
+    return None
+
+
+def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> bool:
+    """Whether the cached store can be used: ours (see store_problem), opens cleanly, its
+    meta key matches the source's, and its row counts agree with its traces table."""
+    if not cache.is_file() or cache.is_symlink():
+        return False
+    why = None
+    try:
+        con = duckdb.connect(str(cache), read_only=True)
+    except duckdb.Error as e:
+        why = f"it does not open ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    else:
+        try:
+            why = store_problem(con) or _truncated(con, cache)
+            if why is None:
+                rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
+                if not all(rows.get(k) == v for k, v in key.items()):
+                    return False  # stale: the source changed (no notice needed)
+                counts = con.execute(
+                    "SELECT (SELECT count(*) FROM traces), (SELECT sum(event_count) FROM traces),"
+                    " (SELECT count(*) FROM events)"
+                ).fetchone()
+                if counts is None or counts[0] != 1 or counts[1] != counts[2]:
+                    why = "its row counts disagree"
+        except duckdb.Error as e:
+            why = f"it cannot be read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        finally:
+            con.close()
+    if why is not None and notice:
+        import sys
+
+        print(f"tracekit: the cached store {cache} is not usable: {why}; rebuilding",
+              file=sys.stderr)  # fmt: skip
+    return why is None
+
+
+@contextlib.contextmanager
+def _lock(source: Path) -> Iterator[None]:
+    # An advisory lock on the (read-only opened) source itself: no lock file to leave behind.
+    with open(source, "rb") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def connect(path: str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection without DuckDB's own progress bar (it would garble ours and the
+    CLI's output on long queries)."""
+    con = duckdb.connect(path, read_only=read_only)
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
+MEMORY_ENV = "TRACEKIT_MEMORY_LIMIT"  # DuckDB memory_limit while building a store
+_MEMORY_DEFAULT = "2GB"
+_MEMORY_CEILING = 2_000_000_000  # bytes: the default
+
+
+def _memory_limit(source: Path, fmt: TraceFormat) -> tuple[str, bool]:
+    """(DuckDB memory_limit for building this trace's store, whether it comes from the
+    trace's size): TRACEKIT_MEMORY_LIMIT when set, else the format's own (from the file's
+    size), else 2GB."""
+    configured = os.environ.get(MEMORY_ENV)
+    if configured:
+        return configured, False
+    derived = fmt.memory_limit(source)
+    if derived is None:
+        return _MEMORY_DEFAULT, False
+    return f"{min(derived, _MEMORY_CEILING)}B", True
+
+
+def _remove_stale_temps(cache: Path) -> None:
+    """Delete temp stores left by a build that was killed (kill -9, power loss).
+
+    Call only while holding the source's lock: a live builder holds it, so what is there
+    now belongs to a dead one.
+    """
+    for p in cache.parent.glob(f".{glob.escape(cache.name)}.*.tmp*"):
+        with contextlib.suppress(OSError):
+            if p.is_dir():  # DuckDB's spill folder
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+
+
+def _sweep_if_idle(source: Path, cache: Path) -> None:
+    """Remove stale temps when no other process is building this trace right now."""
+    try:
+        with open(source, "rb") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                _remove_stale_temps(cache)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    except OSError:
+        pass  # someone holds the lock (building): leave their temp file alone
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _import_pandas() -> None:
+    """DuckDB imports pandas (and numpy) at the first bound parameter or Arrow batch: 0.6-0.8 s
+    that, on this thread, overlaps the parse (which runs in C++ without the GIL)."""
+    with contextlib.suppress(ImportError):
+        import pandas  # type: ignore[import-untyped]  # noqa: F401
+
+
+def create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(files("tracekit.store").joinpath("schema.sql").read_text())
+
+
+def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> IngestResult:
+    """Ingest one trace into a new store at `out` (temp file + rename)."""
+    fmt = formats.detect(source)
+    limit, derived = _memory_limit(source, fmt)
+    try:
+        return _build(source, out, rules, fmt, limit)
+    except duckdb.OutOfMemoryException:
+        if not derived:
+            raise
+    # The limit from the file's size was too tight for this trace: once more with the default.
+    return _build(source, out, rules, fmt, _MEMORY_DEFAULT)
+
+
+def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
+           memory_limit: str) -> IngestResult:  # fmt: skip
+    key = _source_key(source, rules)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    tmp.unlink()  # DuckDB wants to create the file itself
+    con = connect(str(tmp))
+    # Beside the ingest: the digest reads the whole file (hashlib releases the GIL), and the
+    # pandas import DuckDB would otherwise make at the first bound parameter.
+    background = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    digest = background.submit(_sha256, source)
+    background.submit(_import_pandas)
+    try:
+        con.execute("SET preserve_insertion_order = false")
+        # Bounded memory whatever the trace: DuckDB spills to <store>.tmp beyond this.
+        # (a literal: a bound parameter would wait for the pandas import on the thread)
+        quoted = memory_limit.replace("'", "''")
+        con.execute(f"SET memory_limit = '{quoted}'")
+        fmt.tune(con)
+        create_schema(con)
+        with build_progress(f"ingest {source.name}") as progress:
+            info = fmt.ingest(con, source, 1, tmp, progress)
+            derive(con, rules, progress)
+            sidecars = _sidecar_files(source)
+            if sidecars:
+                progress.step("attributes")
+                apply_attributes(con, 1, sidecars)
+            progress.step("writing the store")
+            _write_trace_row(con, source, info, digest.result())
+            keys = sorted(key)  # (one statement: a row of parameters costs ~1 ms here)
+            con.execute("INSERT INTO meta SELECT unnest($k), unnest($v)",
+                        {"k": keys, "v": [key[k] for k in keys]})  # fmt: skip
+            con.execute("CHECKPOINT")
+            con.close()
+        os.replace(tmp, out)
+    except BaseException:
+        con.close()
+        digest.cancel()
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            Path(str(tmp) + ".wal").unlink()
+        raise
+    finally:
+        background.shutdown(wait=False)
+    return IngestResult(
+        source=source,
+        store=out,
+        reused=False,
+        format=info.format,
+        events=info.stats.events,
+        skipped=dict(info.stats.skipped),
+        warnings=info.warnings,
+    )
+
+
+def _write_trace_row(
+    con: duckdb.DuckDBPyConnection, source: Path, info: TraceInfo, sha256: str
+) -> None:
+    stats: IngestStats = info.stats
+    con.execute(
+        """
+        INSERT INTO traces
+        SELECT 1, $path, $format, $tool_version, $host, min(start_ns), max(end_ns) - min(start_ns),
+               $devices::JSON, $sha, $now, $rank, $clock, $metadata::JSON, count(*),
+               $skipped_count, $skipped::JSON
+        FROM events
+        """,
+        {
+            "path": str(source.resolve()),
+            "format": info.format,
+            "tool_version": info.tool_version,
+            "host": info.host,
+            "devices": json.dumps(info.devices, default=str),
+            "sha": sha256,
+            "now": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+            "rank": info.rank,
+            "clock": info.clock_offset_ns,
+            "metadata": json.dumps(info.metadata, default=str),
+            "skipped_count": stats.skipped_count,
+            "skipped": json.dumps(dict(stats.skipped)),
+        },
+    )
+
+
+def ensure_trace_store(
+    source: Path, rules: list[StageRule], refresh: bool = False, out: Path | None = None
+) -> IngestResult:
+    """Return the cached store of `source`, building it if missing or stale."""
+    try:
+        source.stat()
+    except PermissionError:
+        raise TraceFormatError(f"{source}: permission denied") from None
+    except OSError:
+        raise TraceFormatError(f"{source}: no such file") from None
+    if source.is_dir():
+        raise TraceFormatError(f"{source}: is a directory, not a trace file")
+    if not os.access(source, os.R_OK):
+        raise TraceFormatError(f"{source}: permission denied")
+    store = out or cache_path_for(source)
+    key = _source_key(source, rules)
+    if store.is_dir() and not store.is_symlink():
+        raise StoreError(
+            f"{store}: a folder is where the cached store goes; remove it (tracekit cache clear)"
+        )
+    if not refresh and _cache_is_fresh(store, key, notice=True):
+        _sweep_if_idle(source, store)
+        cache.touch(store)
+        return IngestResult(source=source, store=store, reused=True)
+    formats.detect(source)  # fail on a non-trace before touching anything
+    with _lock(source):
+        # Another process may have built it while we waited for the lock.
+        _remove_stale_temps(store)
+        if not refresh and _cache_is_fresh(store, key):
+            return IngestResult(source=source, store=store, reused=True)
+        try:
+            result = build_trace_store(source, store, rules)
+        except TracekitError:
+            raise
+        except duckdb.Error as e:
+            raise StoreError(f"{source}: could not build the store ({e})") from None
+    if out is None:
+        cache.prune_to_configured_max(keep=store)
+    return result
