@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # Okabe-Ito: distinguishable under the common colour-vision deficiencies; GPU busy is blue (a
 # busy GPU is good news, not an alarm), idle a light grey.
@@ -301,11 +302,17 @@ def _fit(text: str, px: float) -> str:
     return text if len(text) <= n else text[: max(n - 1, 1)] + "…"
 
 
+def _label_width(labels: Sequence[str]) -> int:
+    """Width of a left label column: the longest label, within 80-260 px (longer ones are cut
+    by _fit)."""
+    longest = max((len(t) for t in labels), default=0)
+    return int(min(max(longest * CHAR_PX + 12, 80), 260))
+
+
 def busy_bars(rows: Sequence[tuple[str, float, float]], chart_id: str) -> Chart:
     """Horizontal busy/idle bars per window: (name, busy_ms, window_ms)."""
     row_h, width = 26, 760
-    longest = max((len(name) for name, _, _ in rows), default=0)
-    label_w = int(min(max(longest * CHAR_PX + 12, 80), 260))
+    label_w = _label_width([name for name, _, _ in rows])
     height = row_h * len(rows) + 30
     rects, labels = [], []
     plot = width - label_w - 70
@@ -367,17 +374,15 @@ def _x_axis(
     return lines, labels
 
 
-def waterfall(
-    rows: Sequence[Mapping[str, object]], colors: Mapping[str, str], chart_id: str
-) -> Chart:
+def waterfall(rows: Sequence[Mapping[str, Any]], colors: Mapping[str, str], chart_id: str) -> Chart:
     """Per picked request (request_timeline rows), its stages on the request's own clock: one
     row each, slowest first, typical ones after; nested stages drawn thinner inside their
     parent; the grey under them is time no stage covers."""
-    reqs: dict[tuple[str, int], list[Mapping[str, object]]] = {}
+    reqs: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for r in rows:
-        reqs.setdefault((str(r["pick"]), int(str(r["pick_rank"]))), []).append(r)
+        reqs.setdefault((str(r["pick"]), int(r["pick_rank"])), []).append(r)
     order = sorted(reqs, key=lambda k: (k[0] != "slowest", k[1]))
-    vmax = max((float(str(r["e2e_ms"])) for r in rows), default=0.0) or 1.0
+    vmax = max((float(r["e2e_ms"]) for r in rows), default=0.0) or 1.0
     label_w, row_h, width = 230, 22, W
     x0, x1 = label_w, width - RIGHT
     height = row_h * len(order) + 40
@@ -386,7 +391,7 @@ def waterfall(
         grp = reqs[key]
         first = grp[0]
         y = 4 + i * row_h
-        e2e = float(str(first["e2e_ms"]))
+        e2e = float(first["e2e_ms"])
         rid = first["request_id"]
         rects.append(
             Rect(
@@ -404,8 +409,8 @@ def waterfall(
         for r in grp:
             if r["stage"] is None:
                 continue
-            stage, lane = str(r["stage"]), int(str(r["lane"]))
-            start, dur = float(str(r["start_ms"])), float(str(r["dur_ms"]))
+            stage, lane = str(r["stage"]), int(r["lane"])
+            start, dur = float(r["start_ms"]), float(r["dur_ms"])
             inset = min(lane, 3) * 3
             rects.append(
                 Rect(
@@ -431,17 +436,14 @@ def waterfall(
                  len(order))  # fmt: skip
 
 
-def gpu_strips(
-    rows: Sequence[Mapping[str, object]], names: Mapping[int, str], chart_id: str
-) -> Chart:
+def gpu_strips(rows: Sequence[Mapping[str, Any]], names: Mapping[int, str], chart_id: str) -> Chart:
     """Per device, busy share of each bin of the trace span (gpu_timeline rows) as a bar
     height: where in the trace the GPU idles."""
-    devices: dict[int, list[Mapping[str, object]]] = {}
+    devices: dict[int, list[Mapping[str, Any]]] = {}
     for r in rows:
-        devices.setdefault(int(str(r["device"])), []).append(r)
-    span = max((float(str(r["start_ms"])) + float(str(r["bin_ms"])) for r in rows), default=1.0)
-    longest = max((len(names.get(d, f"GPU {d}")) for d in devices), default=0)
-    label_w = int(min(max(longest * CHAR_PX + 12, 80), 260))
+        devices.setdefault(int(r["device"]), []).append(r)
+    span = max((float(r["start_ms"]) + float(r["bin_ms"]) for r in rows), default=1.0)
+    label_w = _label_width([names.get(d, f"GPU {d}") for d in devices])
     row_h, width = 34, W
     x0, x1 = label_w, width - RIGHT
     height = row_h * len(devices) + 40
@@ -451,10 +453,10 @@ def gpu_strips(
         name = names.get(dev, f"GPU {dev}")
         rects.append(Rect(x0, y, x1 - x0, 26, "#f2f2f2", f"{name}: trace span"))
         for b in bins:
-            share = float(str(b["busy_share"] or 0))
+            share = float(b["busy_share"] or 0)
             if share <= 0:
                 continue
-            start, w = float(str(b["start_ms"])), float(str(b["bin_ms"]))
+            start, w = float(b["start_ms"]), float(b["bin_ms"])
             rects.append(
                 Rect(
                     x0 + start / span * (x1 - x0),

@@ -103,8 +103,7 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
     op, for the findings)."""
     q = {name: ts.query_dicts(name, trace_id=trace_id) for name in EXTRA_QUERIES}
     for sec in SECTIONS:
-        limit = {"limit": top_n} if sec.limit else {}
-        q[sec.query] = ts.query_dicts(sec.query, trace_id=trace_id, **limit, **sec.params)
+        q[sec.query] = ts.query_dicts(sec.query, **sec.query_params(trace_id, top_n))
     q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
     return q
 
@@ -179,10 +178,6 @@ def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
     )
 
 
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) else 0.0
-
-
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     rows = q["stage_summary"]
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
@@ -233,11 +228,11 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     elif split:
         sentence = (
             f"No requests found; stage totals are shares of the trace window "
-            f"({_num(overview.get('span_ms')):.3f} ms)."
+            f"({(overview.get('span_ms') or 0.0):.3f} ms)."
         )
     else:
         sentence = (
-            f"No requests or stages found in the {_num(overview.get('span_ms')):.3f} ms trace "
+            f"No requests or stages found in the {(overview.get('span_ms') or 0.0):.3f} ms trace "
             "window: annotate with tracekit.request()/stage() or pass --stage NAME=REGEX."
         )
     # one request, or windows that are not requests: no percentiles
@@ -297,12 +292,11 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
 
 def _table(sec: Section, laid: Laid, top_n: int) -> Table:
     """One section laid out: its rows, columns, note and charts for this trace."""
-    params = {"trace_id": laid.trace_id, **({"limit": top_n} if sec.limit else {}), **sec.params}
     return make_table(
         laid.chart_id(sec.key),
         sec.title,
         sec.query,
-        params,
+        sec.query_params(laid.trace_id, top_n),
         sec.rows(laid) if sec.rows else laid.q[sec.query],
         sec.columns(laid) if callable(sec.columns) else sec.columns,
         sec.note(laid) if callable(sec.note) else sec.note,

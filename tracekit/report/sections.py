@@ -80,6 +80,10 @@ class Section:
         default=lambda _: True, metadata={"help": "whether the trace gets this section"}
     )
 
+    def query_params(self, trace_id: int, top_n: int) -> dict[str, Any]:
+        """The parameters its query runs with (and the table shows)."""
+        return {"trace_id": trace_id, **({"limit": top_n} if self.limit else {}), **self.params}
+
 
 # ---- column sets: (query column, header)
 STAGE_COLS = (
