@@ -241,8 +241,13 @@ def _slowest(laid: Laid) -> list[dict[str, Any]]:
     return sorted(laid.q["request_breakdown"], key=lambda r: (-r["e2e_ms"], r["request_id"]))
 
 
+def _stages(laid: Laid) -> list[str]:
+    """The trace's stages in pipeline order (unattributed aside)."""
+    return [s for s in laid.order if s != "unattributed"]
+
+
 def _request_rows(laid: Laid) -> Rows:
-    named = set(laid.order[:REQUEST_STAGE_COLUMNS])
+    named = set(_stages(laid)[:REQUEST_STAGE_COLUMNS])  # the rest: 'Other stages'
     out = []
     for r in _slowest(laid)[:HTML_REQUEST_ROWS]:
         per_stage = {str(k): float(v) for k, v in json.loads(r["stages_json"]).items()}
@@ -255,7 +260,7 @@ def _request_rows(laid: Laid) -> Rows:
 def _request_columns(laid: Laid) -> Columns:
     """Request, start, end-to-end, one column per stage from the data (first seen first; past
     REQUEST_STAGE_COLUMNS the rest in 'Other stages'), unattributed, GPU busy."""
-    stages = [s for s in laid.order if s != "unattributed"]
+    stages = _stages(laid)
     cols = [(f"stage:{s}", f"{s} ms") for s in stages[:REQUEST_STAGE_COLUMNS]]
     if len(stages) > REQUEST_STAGE_COLUMNS:
         cols.append(("stage:*", "Other stages ms"))
