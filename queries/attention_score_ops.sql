@@ -1,5 +1,5 @@
 -- name: attention_score_ops
--- returns: one row per stage with host ops: trace_id, stage, score_self_ms, ops_self_ms, share, top_ops
+-- returns: one row per stage with host ops: trace_id, stage, score_self_ms, ops_self_ms, share, top_ops, shaped_ops (host ops with recorded input shapes: 0 means the trace cannot tell)
 -- param: $trace_id INTEGER trace to read
 -- default: $trace_id 1
 -- Attention found by what it does, not by a name list: host ops (cpu_op) working on attention
@@ -23,7 +23,7 @@ WITH RECURSIVE ops AS (
         AS own_score
     FROM ops
 ), scored AS (
-    SELECT f.*, f.own_score OR coalesce(p.own_score, false) AS score
+    SELECT f.*, f.own_score OR coalesce(p.own_score, false) AS score, f.d IS NOT NULL AS shaped
     FROM flagged f LEFT JOIN flagged p ON p.event_id = f.parent_id
 ), st AS (
     SELECT * FROM stages WHERE trace_id = $trace_id
@@ -44,21 +44,22 @@ WITH RECURSIVE ops AS (
     FROM anc a JOIN parents p ON p.stage = a.ancestor
     WHERE p.parent IS NOT NULL AND a.lvl < 8
 ), placed AS (
-    SELECT stage AS st_name, name, self_ns, score FROM scored WHERE stage IS NOT NULL
+    SELECT stage AS st_name, name, self_ns, score, shaped FROM scored WHERE stage IS NOT NULL
     UNION ALL
-    SELECT a.ancestor, s.name, s.self_ns, s.score FROM scored s JOIN anc a ON a.stage = s.stage
+    SELECT a.ancestor, s.name, s.self_ns, s.score, s.shaped FROM scored s JOIN anc a ON a.stage = s.stage
 ), by_name AS (
     SELECT st_name, name, sum(self_ns) AS ns FROM placed WHERE score GROUP BY st_name, name
 ), named AS (  -- a join, not a correlated subquery: Spark refuses those beside GROUP BY
     SELECT st_name, string_agg(name, ', ' ORDER BY ns DESC, name) AS top_ops
     FROM by_name GROUP BY st_name
 ), totals AS (
-    SELECT st_name, sum(self_ns) FILTER (WHERE score) AS score_ns, sum(self_ns) AS ops_ns
+    SELECT st_name, sum(self_ns) FILTER (WHERE score) AS score_ns, sum(self_ns) AS ops_ns,
+           count(*) FILTER (WHERE shaped) AS shaped_ops
     FROM placed GROUP BY st_name
 )
 SELECT $trace_id::INTEGER AS trace_id, t.st_name AS stage, t.score_ns / 1e6 AS score_self_ms,
        t.ops_ns / 1e6 AS ops_self_ms,
        CASE WHEN t.ops_ns > 0 THEN coalesce(t.score_ns, 0) / t.ops_ns END AS share,
-       n.top_ops
+       n.top_ops, t.shaped_ops
 FROM totals t LEFT JOIN named n USING (st_name)
 ORDER BY t.st_name;

@@ -90,6 +90,48 @@ def test_attention_tail_memcpy_gpu_rules() -> None:
     )
 
 
+def test_one_card_per_cause_and_run_scope() -> None:
+    slow = [_stage("inference", 0.9, 250)]
+    padding = [{"stage": "inference", "padded_tokens": 640, "real_tokens": 100,
+                "padding_share": 0.84, "mean_padded_len": 640,
+                "max_real_per_range": 30}]  # fmt: skip
+    # model_slow is the catch-all: it gives way to the card naming the cause
+    assert _ids({"stage_summary": slow, "padding_waste": padding}) == {"padding_waste"}
+    ops = [{"stage": "inference", "name": "aten::bmm", "self_ms": 6.0, "stage_ops_self_ms": 10.0}]
+    shaped = [{"stage": "inference", "share": 0.6, "score_self_ms": 6.0, "ops_self_ms": 10.0,
+               "top_ops": "aten::bmm", "shaped_ops": 12}]  # fmt: skip
+    # with shapes the name list stays quiet, and 60% is not "dominates" (two thirds)
+    assert not _ids({"top_ops": ops, "attention_score_ops": shaped})
+    unshaped = [{**shaped[0], "share": 0.0, "shaped_ops": 0}]  # no record_shapes: by name
+    assert _ids({"top_ops": ops, "attention_score_ops": unshaped}) == {"attention_heavy"}
+    assert _ids({"attention_score_ops": [{**shaped[0], "share": 0.7}]}) == {"attention_scores"}
+    # a tail under 1 ms, or in a stage under 5% of end to end, is not a card
+    e2e = {**_stage("end_to_end", 1, 5, 6), "row_kind": "end_to_end"}
+    assert not _ids({"stage_summary": [_stage("glue", 0.2, 0.1, 0.9), e2e]})
+    assert not _ids({"stage_summary": [_stage("glue", 0.04, 1, 5), e2e]})
+    tail = evaluate({"stage_summary": [_stage("inference", 0.5, 1, 5), e2e]})
+    assert [(f.id, f.scope) for f in tail] == [("tail_latency", "run")]
+
+
+def _sized(e2e: list[float], ranks: list[int]) -> list[dict]:
+    rows = [{"request_id": i, "e2e_ms": ms, "real_tokens": 10 * (9 - r), "padded_len": None,
+             "size_rank": r} for i, (ms, r) in enumerate(zip(e2e, ranks, strict=True))]  # fmt: skip
+    return sorted(rows, key=lambda r: -r["e2e_ms"])
+
+
+def test_slow_requests_are_a_verdict_only_when_size_explains_them() -> None:
+    # one request far over the median, and it is the largest input: about the program
+    found = evaluate({"request_sizes": _sized([18, 7, 7, 6, 6, 5], [1, 2, 5, 3, 4, 6])})
+    assert [(f.id, f.scope) for f in found] == [("slowest_requests", "program")]
+    # the same outlier on a small input: about this run; the tail card gives way to it
+    rows = _sized([18, 7, 7, 6, 6, 5], [6, 2, 5, 3, 4, 1])
+    summary = [_stage("inference", 0.9, 6, 17)]
+    found = evaluate({"request_sizes": rows, "stage_summary": summary})
+    assert [(f.id, f.scope) for f in found] == [("slow_outliers", "run")]
+    # nothing 20% and 1 ms over the median: no card
+    assert not _ids({"request_sizes": _sized([7.5, 7, 7, 6, 6, 6], [1, 2, 3, 4, 5, 6])})
+
+
 def test_length_growth_and_coverage_rules() -> None:
     attrs = [
         {"stage": "preprocess", "key": "seq_len", "value": n, "dur_ms": 0.01 * n + 1}

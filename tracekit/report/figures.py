@@ -126,6 +126,7 @@ def figures(
                 "query": f.query,
                 "next_step": f.next_step,
                 "numbers": {k: rounded(v) for k, v in f.numbers.items()},
+                "scope": f.scope,
             }
             for f in findings
         ],

@@ -42,6 +42,14 @@ class Finding:
     numbers: Mapping[str, float] = field(
         default_factory=dict, metadata={"help": "the figures the rule compared"}
     )
+    scope: str = field(
+        default="program",
+        metadata={
+            "help": "'program': a verdict about the program, the same for every capture of it; "
+            "'run': about this capture's spread (a tail, an outlier request), which noise on the "
+            "machine can change between captures"
+        },
+    )
 
 
 def _stage_rows(results: Results) -> dict[str, Mapping[str, Any]]:
@@ -92,8 +100,12 @@ def rule_model_slow(results: Results) -> Iterable[Finding]:
 
 
 def rule_attention_heavy(results: Results) -> Iterable[Finding]:
+    """Attention by op name: the fallback for traces without shapes. With shapes,
+    attention_score_ops measures the same thing by what the ops do, and this rule stays quiet."""
     ops = [r for r in results.get("top_ops", []) if r.get("stage") == "inference"]
-    if not ops:
+    shaped = any(r.get("stage") == "inference" and _num(r.get("shaped_ops")) > 0
+                 for r in results.get("attention_score_ops", []))  # fmt: skip
+    if not ops or shaped:
         return
     total = _num(ops[0].get("stage_ops_self_ms"))
     attn = sum(
@@ -138,20 +150,23 @@ def rule_gpu_idle_inference(results: Results) -> Iterable[Finding]:
 
 TAIL_RATIO = 2.0  # p99 over p50
 TAIL_MATERIAL = 0.1  # ... and p99 - p50 at least this share of the end-to-end p50
+TAIL_MIN_MS = 1.0  # ... and at least this long
+TAIL_MIN_SHARE = 0.05  # ... in a stage holding at least this share of end to end
 
 
 def rule_tail_latency(results: Results) -> Iterable[Finding]:
-    """One card for every stage with a long tail that matters: p99 > 2x p50, and the gap at
-    least 10% of the end-to-end p50 (a 0.4 ms gap in glue code is not worth a card)."""
+    """One card for every stage with a long tail that matters: p99 > 2x p50, the gap at least
+    1 ms and 10% of the end-to-end p50, in a stage of at least 5% of end to end (a 0.4 ms gap in
+    glue code is not worth a card). A tail is about this run: scope 'run'."""
     rows = results.get("stage_summary", [])
     e2e = next((r for r in rows if r.get("row_kind") == "end_to_end"), None)
-    floor = TAIL_MATERIAL * _num(e2e.get("p50_ms")) if e2e else 0.0
+    floor = max(TAIL_MATERIAL * _num(e2e.get("p50_ms")) if e2e else 0.0, TAIL_MIN_MS)
     tails = []
     for r in rows:
         p50, p99 = _num(r.get("p50_ms")), _num(r.get("p99_ms"))
         if r.get("row_kind") == "end_to_end" or p50 <= 0 or p99 / p50 <= TAIL_RATIO:
             continue
-        if p99 - p50 >= floor:
+        if p99 - p50 >= floor and _num(r.get("share")) >= TAIL_MIN_SHARE:
             tails.append((p99 - p50, str(r["stage"]), p50, p99))
     if not tails:
         return
@@ -170,6 +185,7 @@ def rule_tail_latency(results: Results) -> Iterable[Finding]:
         "Find the slow requests in request_breakdown and compare their ops with a typical "
         "one (input size, first-call warmup, GC, contention).",
         {f"p99_over_p50:{n}": p99 / p50 for _, n, p50, p99 in tails},
+        scope="run",
     )
 
 
@@ -440,9 +456,19 @@ RULES: tuple[Callable[[Results], Iterable[Finding]], ...] = (
 )
 
 
+# One card per cause: a catch-all card gives way to one that names its cause.
+GIVES_WAY_TO = {
+    "model_slow": frozenset({"padding_waste", "attention_scores"}),
+    "tail_latency": frozenset({"slowest_requests", "slow_outliers"}),
+}
+
+
 def evaluate(results: Results) -> list[Finding]:
-    """Every rule's findings, most severe first (stable within a severity)."""
+    """Every rule's findings, most severe first (stable within a severity); verdicts about the
+    program before observations about this run."""
     from tracekit.report import input_findings  # (imports Finding from here)
 
     found = [f for rule in RULES for f in rule(results)] + input_findings.evaluate(results)
-    return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
+    ids = {f.id for f in found}
+    found = [f for f in found if not GIVES_WAY_TO.get(f.id, frozenset()) & ids]
+    return sorted(found, key=lambda f: (f.scope == "run", SEVERITIES.index(f.severity)))
