@@ -219,13 +219,16 @@ def _recording(prof: Any) -> bool | None:
 
 
 class _Range:
-    __slots__ = ("name", "sync", "attrs", "kind", "_stack")
+    __slots__ = ("name", "sync", "attrs", "kind", "after", "_stack")
 
     def __init__(self, name: str, kind: str, sync: bool, attrs: dict[str, Any]) -> None:
         self.name = name
         self.kind = kind
         self.sync = sync
         self.attrs = attrs
+        # attributes computed once the range has ended (so their cost stays outside it), for
+        # the record of a capture; not called for muted (warm-up) ranges
+        self.after: Callable[[], dict[str, Any]] | None = None
         self._stack: list[tuple[Any, int, dict[str, Any], Any]] = []
 
     def set(self, **attrs: Any) -> None:
@@ -287,6 +290,8 @@ class _Range:
         if s.nvtx_pop is not None:
             s.nvtx_pop()
         if info is not None and s.sidecar is not None:
+            if self.after is not None:
+                attrs.update(self.after())
             self._record(start, end, attrs, info)
         if s.profiler is not None and self.kind == REQUEST:
             d = s.depth

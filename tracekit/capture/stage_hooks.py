@@ -81,11 +81,12 @@ def _wrap(fn: Any, stage_name: str) -> Any:
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         rng = annotate.request() if stage_name == REQUEST else annotate.stage(stage_name)
+        result = None
+        # the facts (a mask's non-zero count is a tensor op) are taken after the range ends: in
+        # it they added 0.05-0.15 ms to every stage against the program's own clock
+        rng.after = lambda: call_facts(names, args, kwargs, result)
         with rng:
             result = fn(*args, **kwargs)
-            state = annotate._S
-            if state.sidecar is not None and not state.mute_depth:
-                rng.set(**call_facts(names, args, kwargs, result))
             return result
 
     wrapped.__tracekit_stage__ = stage_name  # type: ignore[attr-defined]
