@@ -246,29 +246,32 @@ class _Range:
             s.mute_depth += 1
             self._stack.append((None, 0, self.attrs, _MUTED))
             return self
+        info = None
+        if s.sidecar is not None:
+            # the bookkeeping comes before the range opens so that it is not timed as the stage
+            key = (_native_id(), self.name)
+            ordinal = s.ordinals.get(key, 0)
+            s.ordinals[key] = ordinal + 1
+            prof = s.profiler
+            extra = None if prof is None else (_recording(prof), getattr(prof, "step_num", None))
+            info = (ordinal, extra)
+        if s.profiler is not None and self.kind == REQUEST:
+            d = s.depth
+            d.n = getattr(d, "n", 0) + 1
+        torch = s.torch
+        if torch is None and "torch" in _modules:
+            torch = s.find_torch()
+        record = torch is not None and s.profiler_enabled()  # type: ignore[misc]
+        attrs = dict(self.attrs)
         if self.sync:
             _synchronize()
         if s.nvtx_push is not None:
             s.nvtx_push(self.name)
-        torch = s.torch
-        if torch is None and "torch" in _modules:
-            torch = s.find_torch()
         handle = None
-        if torch is not None and s.profiler_enabled():  # type: ignore[misc]
+        if record:
             handle = s.record_function(PREFIX + self.name)
             handle.__enter__()
-        if s.profiler is not None and self.kind == REQUEST:
-            d = s.depth
-            d.n = getattr(d, "n", 0) + 1
-        if s.sidecar is None:
-            self._stack.append((handle, 0, self.attrs, None))
-            return self
-        key = (_native_id(), self.name)
-        ordinal = s.ordinals.get(key, 0)
-        s.ordinals[key] = ordinal + 1
-        prof = s.profiler
-        extra = None if prof is None else (_recording(prof), getattr(prof, "step_num", None))
-        self._stack.append((handle, _perf_ns(), dict(self.attrs), (ordinal, extra)))
+        self._stack.append((handle, 0 if info is None else _perf_ns(), attrs, info))
         return self
 
     def __exit__(self, *exc: object) -> None:
