@@ -13,6 +13,11 @@ only (imports excluded), with that process's peak RSS:
                      kept: limit 10**9)
   ingest + summary   the sum of the two rows above (what `tracekit query top_kernels` costs
                      on a trace seen for the first time)
+  cold report        `python -m tracekit report FILE` in a fresh process with an empty cache
+                     (ingest, every report query, the HTML written)
+  warm report        the same with the store the cold run left
+  nsys stats (5 reports)  `nsys stats -r nvtxkernsum,gpukernsum,cudaapisum,nvtxsum,
+                     gpumemtimesum`: the same insight from nsys alone
   nsys gpukernsum    `nsys stats -q -r gpukernsum --format csv -o <tmp> <file>.sqlite`
                      (cuda_gpu_kern_sum on nsys 2023.1+); given the .sqlite itself, nsys
                      reads it directly: there is no .nsys-rep to export or reuse. Peak RSS
@@ -53,6 +58,32 @@ SNIPPETS = {
         "t.close(); N = len(df)\n"
         "json.dump(df.select('stage', 'name', 'count', 'total_ms').rows(),\n"
         "          open(os.path.join(OUT, 'top_kernels.json'), 'w'))"),
+    # Whole processes, as a user runs them: `tracekit report` with an empty cache, then again
+    # with the store it left (OUT/cache is emptied before each cold run).
+    "cold report": (
+        "import os, shutil, subprocess, sys\n"
+        "cache = os.path.join(OUT, 'cache'); shutil.rmtree(cache, ignore_errors=True)\n"
+        "env = dict(os.environ, TRACEKIT_CACHE_DIR=cache)\n"
+        "cmd = [sys.executable, '-m', 'tracekit', 'report', PATH, '--force', '-o',\n"
+        "       os.path.join(OUT, 'report.html')]",
+        "p = subprocess.run(cmd, capture_output=True, text=True, env=env)\n"
+        "assert p.returncode == 0, p.stderr[-2000:]\n"
+        "N = 0"),
+    "warm report": (
+        "import os, subprocess, sys\n"
+        "env = dict(os.environ, TRACEKIT_CACHE_DIR=os.path.join(OUT, 'cache'))\n"
+        "cmd = [sys.executable, '-m', 'tracekit', 'report', PATH, '--force', '-o',\n"
+        "       os.path.join(OUT, 'report.html')]",
+        "p = subprocess.run(cmd, capture_output=True, text=True, env=env)\n"
+        "assert p.returncode == 0, p.stderr[-2000:]\n"
+        "N = 0"),
+    "nsys stats (5 reports)": (
+        "import os, shutil, subprocess\n"
+        "cmd = [shutil.which('nsys'), 'stats', '-q', '--force-overwrite', 'true', '--format',\n"
+        "       'csv', '-o', os.path.join(OUT, 'stats5'), '-r', FIVE, PATH]",
+        "p = subprocess.run(cmd, capture_output=True, text=True)\n"
+        "assert p.returncode == 0, p.stderr[-2000:]\n"
+        "N = 0"),
     "nsys gpukernsum": (
         "import os, shutil, subprocess\n"
         "cmd = [shutil.which('nsys'), 'stats', '-q', '--force-overwrite', 'true', '--format',\n"
@@ -64,7 +95,7 @@ SNIPPETS = {
 
 CHILD = """
 import resource, sys, time
-PATH, OUT, REPORT = sys.argv[1:4]
+PATH, OUT, REPORT, FIVE = sys.argv[1:5]
 {setup}
 t0 = time.perf_counter()
 {work}
@@ -82,11 +113,19 @@ def report_name() -> str:
     return "cuda_gpu_kern_sum" if "cuda_gpu_kern_sum" in out else "gpukernsum"
 
 
+def five_reports(kern: str) -> str:
+    """What a user runs for tracekit's insight with nsys alone: kernels per NVTX range, kernels,
+    CUDA API, NVTX ranges, memory operations (2023.1+ names where nsys has them)."""
+    if kern == "gpukernsum":
+        return "nvtxkernsum,gpukernsum,cudaapisum,nvtxsum,gpumemtimesum"
+    return "nvtx_kern_sum,cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,cuda_gpu_mem_time_sum"
+
+
 def run_one(name: str, path: Path, out: Path, report: str, lock: str) -> tuple[float, int, int]:
     """(seconds, rows, peak RSS bytes) of one measurement in a fresh process."""
     setup, work = SNIPPETS[name]
     code = CHILD.format(setup=setup, work=work)
-    cmd = [sys.executable, "-c", code, str(path), str(out), report]
+    cmd = [sys.executable, "-c", code, str(path), str(out), report, five_reports(report)]
     if lock:
         cmd = ["flock", lock, *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), check=False)
@@ -164,11 +203,19 @@ def main() -> None:
         mb = path.stat().st_size / 1e6
         print(f"\n{path.name}: {kernels} kernels, {events} event rows stored, {mb:.0f} MB, "
               f"median of {args.repeat}")  # fmt: skip
-        print(f"{'':18} {'seconds':>8} {'Mkernels/s':>11} {'peak RSS':>9} {'x tracekit':>11}")
+        print(f"{'':24} {'seconds':>8} {'Mkernels/s':>11} {'peak RSS':>9} {'x tracekit':>11}")
         for name, (secs, _, rss) in rows.items():
             ratio = f"{secs / base:10.2f}x" if base else ""
-            print(f"{name:18} {secs:8.2f} {kernels / secs / 1e6:11.2f} {rss / 2**20:7.0f} M "
+            print(f"{name:24} {secs:8.2f} {kernels / secs / 1e6:11.2f} {rss / 2**20:7.0f} M "
                   f"{ratio:>11}", flush=True)  # fmt: skip
+        five = rows.get("nsys stats (5 reports)", (0.0, 0, 0))[0]
+        for name, target in (("cold report", 1.0), ("warm report", 0.2)):
+            if five and name in rows:
+                ratio = rows[name][0] / five
+                verdict = "met" if ratio <= target else "not met"
+                print(
+                    f"{name} / nsys stats (5 reports): {ratio:.2f}x (target {target}x: {verdict})"
+                )
         if ok:
             print(f"per-kernel totals, top_kernels vs {report}: {ok}")
     print(f"\ncommand: {' '.join([Path(sys.executable).name, *sys.argv])}")

@@ -10,7 +10,7 @@
 -- out: [B, L, d] activations with L = d (a 64-token bucket, hidden 64) look like scores. A stage includes the ops of stages nested
 -- in it (as in top_ops). share = score self time / all host-op self time in the stage. Needs
 -- shapes (torch.profiler record_shapes, which tracekit capture turns on); nsys traces give no rows.
-WITH RECURSIVE ops AS (
+WITH ops AS (
     SELECT event_id, parent_id, stage, name, self_ns,
            try_cast(args -> 'Input Dims' AS BIGINT[][]) AS d
     FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
@@ -25,24 +25,8 @@ WITH RECURSIVE ops AS (
 ), scored AS (
     SELECT f.*, f.own_score OR coalesce(p.own_score, false) AS score, f.d IS NOT NULL AS shaped
     FROM flagged f LEFT JOIN flagged p ON p.event_id = f.parent_id
-), st AS (
-    SELECT * FROM stages WHERE trace_id = $trace_id
-), enc AS (  -- stage nesting, as in stage_summary.sql
-    SELECT c.event_id, c.stage, arg_min(p.stage, p.dur_ns) AS parent
-    FROM st c LEFT JOIN st p
-      ON p.tid = c.tid AND p.pid IS NOT DISTINCT FROM c.pid AND p.stage <> c.stage
-     AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
-     AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
-    GROUP BY c.event_id, c.stage
-), parents AS (
-    SELECT stage, CASE WHEN count(parent) = count(*) THEN mode(parent) END AS parent
-    FROM enc GROUP BY stage
-), anc AS (
-    SELECT stage, parent AS ancestor, 1 AS lvl FROM parents WHERE parent IS NOT NULL
-    UNION ALL
-    SELECT a.stage, p.parent, a.lvl + 1
-    FROM anc a JOIN parents p ON p.stage = a.ancestor
-    WHERE p.parent IS NOT NULL AND a.lvl < 8
+), anc AS (  -- every ancestor of each nested stage (tracekit/macros.sql)
+    FROM tk_stage_ancestors($trace_id)
 ), placed AS (
     SELECT stage AS st_name, name, self_ns, score, shaped FROM scored WHERE stage IS NOT NULL
     UNION ALL

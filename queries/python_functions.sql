@@ -41,22 +41,8 @@ WITH RECURSIVE ev AS (
     WHERE e.kind IN ('python', 'cpu_op') AND e.stage IS NOT NULL
 ), st AS (
     SELECT * FROM stages WHERE trace_id = $trace_id
-), enc AS (  -- stage nesting, as in stage_summary.sql
-    SELECT c.event_id, c.stage, arg_min(p.stage, p.dur_ns) AS parent
-    FROM st c LEFT JOIN st p
-      ON p.tid = c.tid AND p.pid IS NOT DISTINCT FROM c.pid AND p.stage <> c.stage
-     AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
-     AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
-    GROUP BY c.event_id, c.stage
-), parents AS (
-    SELECT stage, CASE WHEN count(parent) = count(*) THEN mode(parent) END AS parent
-    FROM enc GROUP BY stage
-), anc AS (
-    SELECT stage, parent AS ancestor, stage AS via, 1 AS lvl FROM parents WHERE parent IS NOT NULL
-    UNION ALL
-    SELECT a.stage, p.parent, a.ancestor, a.lvl + 1
-    FROM anc a JOIN parents p ON p.stage = a.ancestor
-    WHERE p.parent IS NOT NULL AND a.lvl < 8
+), anc AS (  -- every ancestor of each nested stage (tracekit/macros.sql)
+    FROM tk_stage_ancestors($trace_id)
 ), placed AS (
     SELECT stage AS st_name, name, kind, NULL::VARCHAR AS via, self_ns FROM fn
     UNION ALL

@@ -18,16 +18,8 @@ WITH st AS (
     SELECT * FROM stages WHERE trace_id = $trace_id
 ), rq AS (
     SELECT * FROM requests WHERE trace_id = $trace_id
-), enc AS (  -- each range's innermost enclosing range of another stage, same thread
-    SELECT c.event_id, c.stage, arg_min(p.stage, p.dur_ns) AS parent
-    FROM st c LEFT JOIN st p
-      ON p.tid = c.tid AND p.pid IS NOT DISTINCT FROM c.pid AND p.stage <> c.stage
-     AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
-     AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
-    GROUP BY c.event_id, c.stage
-), parents AS (
-    SELECT stage, CASE WHEN count(parent) = count(*) THEN mode(parent) END AS parent
-    FROM enc GROUP BY stage
+), parents AS (  -- stage nesting (tracekit/macros.sql)
+    FROM tk_stage_parents($trace_id)
 ), per_unit AS (
     SELECT stage, coalesce(request_id, -event_id) AS unit, sum(dur_ns) AS ns,
            count(*) AS n, min(start_ns) AS first_start, min(source) AS source

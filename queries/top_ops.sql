@@ -11,7 +11,7 @@
 -- the stage's host time (sum of its range durations); share_of_ops = self time / all ops' self
 -- time in the stage. A parent stage keeps its nested stages' ops (attention inside
 -- inference): those rows name the child stage in `via` (NULL for the stage's own ops).
-WITH RECURSIVE has_ops AS (
+WITH has_ops AS (
     SELECT count(*) > 0 AS yes FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
 ), ops AS (
     SELECT e.* FROM events e, has_ops
@@ -24,24 +24,8 @@ WITH RECURSIVE has_ops AS (
                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
                        >= end_ns, false) AS nested_in_same_name
     FROM ops
-), st AS (
-    SELECT * FROM stages WHERE trace_id = $trace_id
-), enc AS (  -- stage nesting, as in stage_summary.sql
-    SELECT c.event_id, c.stage, arg_min(p.stage, p.dur_ns) AS parent
-    FROM st c LEFT JOIN st p
-      ON p.tid = c.tid AND p.pid IS NOT DISTINCT FROM c.pid AND p.stage <> c.stage
-     AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
-     AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
-    GROUP BY c.event_id, c.stage
-), parents AS (
-    SELECT stage, CASE WHEN count(parent) = count(*) THEN mode(parent) END AS parent
-    FROM enc GROUP BY stage
-), anc AS (  -- (stage, ancestor, via: the ancestor's child on the way), at most 8 levels
-    SELECT stage, parent AS ancestor, stage AS via, 1 AS lvl FROM parents WHERE parent IS NOT NULL
-    UNION ALL
-    SELECT a.stage, p.parent, a.ancestor, a.lvl + 1
-    FROM anc a JOIN parents p ON p.stage = a.ancestor
-    WHERE p.parent IS NOT NULL AND a.lvl < 8
+), anc AS (  -- every ancestor of each nested stage (tracekit/macros.sql)
+    FROM tk_stage_ancestors($trace_id)
 ), placed AS (
     SELECT m.*, coalesce(m.stage, '(no stage)') AS st_name, NULL::VARCHAR AS via FROM marked m
     UNION ALL

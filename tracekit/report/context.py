@@ -102,9 +102,14 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
     """Rows of every section's query and of EXTRA_QUERIES for one trace (top_ops_all: every
     op, for the findings)."""
     q = {name: ts.query_dicts(name, trace_id=trace_id) for name in EXTRA_QUERIES}
-    for sec in SECTIONS:
-        q[sec.query] = ts.query_dicts(sec.query, **sec.query_params(trace_id, top_n))
     q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
+    for sec in SECTIONS:
+        params = sec.query_params(trace_id, top_n)
+        if sec.query == "top_ops" and params.keys() == {"trace_id", "limit"}:
+            # top_ops ranks before its limit: its first `limit` ranks are the same rows
+            q[sec.query] = [r for r in q["top_ops_all"] if r["rank"] <= params["limit"]]
+        else:
+            q[sec.query] = ts.query_dicts(sec.query, **params)
     return q
 
 

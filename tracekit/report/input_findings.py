@@ -25,6 +25,10 @@ MIN_REQUESTS = 5  # fewer requests: no statement about sizes
 TAIL_MS, TAIL_RATIO = 1.0, 0.2  # slowest request at least this much over the median
 MATERIAL_SHARE = 0.05  # stages under 5% of end to end get no growth card
 GROWTH_CORR = 0.8
+# the slowest requests are a verdict about size only when request time follows the size the
+# model computes on across all requests: with every request padded to one length, which of them
+# also hold the most real tokens is chance (half of 6 requests are "among the largest")
+SIZE_CORR = 0.5
 
 
 def _num(v: Any) -> float:
@@ -96,10 +100,22 @@ def _describe(r: Mapping[str, Any], n: int) -> str:
             f"tokens{pad} (size rank {r['size_rank']} of {n})")  # fmt: skip
 
 
+def _size_explains_time(rows: Rows) -> bool:
+    """Request time correlates with input size: padded tokens where every request has them
+    (the work done), else real tokens; never when the size is the same for all."""
+    padded = [r.get("padded_tokens") for r in rows]
+    key = "padded_tokens" if all(p is not None for p in padded) else "real_tokens"
+    xs = [_num(r[key]) for r in rows]
+    if len(set(xs)) < 2:
+        return False
+    return pearson(xs, [_num(r["e2e_ms"]) for r in rows]) >= SIZE_CORR
+
+
 def rule_slowest_requests(results: Results) -> Iterable[Finding]:
     """The slow requests (at least 1 ms and 20% over the median) named with their sizes. When
-    most of them are among the largest inputs, that is a verdict about the program
-    (slowest_requests); otherwise they are outliers of this run (slow_outliers, scope 'run')."""
+    most of them are among the largest inputs and request time follows input size, that is a
+    verdict about the program (slowest_requests); otherwise they are outliers of this run
+    (slow_outliers, scope 'run')."""
     rows = _sized(results)
     if len(rows) < MIN_REQUESTS:
         return
@@ -114,7 +130,7 @@ def rule_slowest_requests(results: Results) -> Iterable[Finding]:
     more = f" and {len(slow) - 3} more" if len(slow) > 3 else ""
     evidence = f"{named}{more}; median {median:.1f} ms"
     numbers = {"slowest_ms": _num(slow[0]["e2e_ms"]), "median_ms": median, "slow": len(slow)}
-    if 2 * largest > len(slow):
+    if 2 * largest > len(slow) and _size_explains_time(rows):
         yield Finding(
             "slowest_requests",
             "medium",
