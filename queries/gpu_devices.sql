@@ -11,16 +11,20 @@
 -- running on that device (union of all its kernels minus union of its other kernels).
 WITH a AS (
     FROM tk_gpu_activity($trace_id)
+), comm_devices AS (  -- exposed communication needs the two kernel unions only on these
+    SELECT DISTINCT device FROM a WHERE kind = 'kernel' AND category = 'communication'
 ), iv AS (
     SELECT {'device': device, 'set': 'busy'} AS key, start_ns, end_ns FROM a
     UNION ALL
     SELECT {'device': device, 'set': 'comm'}, start_ns, end_ns FROM a
     WHERE kind = 'kernel' AND category = 'communication'
     UNION ALL
-    SELECT {'device': device, 'set': 'kernels'}, start_ns, end_ns FROM a WHERE kind = 'kernel'
+    SELECT {'device': device, 'set': 'kernels'}, start_ns, end_ns FROM a
+    WHERE kind = 'kernel' AND device IN (SELECT device FROM comm_devices)
     UNION ALL
     SELECT {'device': device, 'set': 'compute'}, start_ns, end_ns FROM a
     WHERE kind = 'kernel' AND category <> 'communication'
+      AND device IN (SELECT device FROM comm_devices)
 ), u AS (
     SELECT key.device AS device,
            sum(union_ns) FILTER (WHERE key.set = 'busy') AS busy_ns,

@@ -8,12 +8,19 @@
 -- with the most activity time on that stream.
 WITH a AS (
     FROM tk_gpu_activity($trace_id)
+), multi AS (  -- devices whose busy time is not one stream's: only they need a device union
+    SELECT device FROM a GROUP BY device
+    HAVING count(DISTINCT stream) > 1 OR (count(stream) > 0 AND count(stream) < count(*))
 ), iv AS (
     SELECT {'device': device, 'stream': stream} AS key, start_ns, end_ns FROM a
     UNION ALL
     SELECT {'device': device, 'stream': NULL}, start_ns, end_ns FROM a
+    WHERE device IN (SELECT device FROM multi)
 ), u AS (
     SELECT key.device AS device, key.stream AS stream, union_ns, n FROM tk_union_ns('iv')
+), device_busy AS (
+    SELECT device, union_ns FROM u
+    WHERE stream IS NULL OR device NOT IN (SELECT device FROM multi)
 ), top_cat AS (
     SELECT device, stream, arg_max(category, ns) AS top_category
     FROM (SELECT device, stream, category, sum(dur_ns) AS ns FROM a GROUP BY ALL)
@@ -23,7 +30,7 @@ SELECT $trace_id::INTEGER AS trace_id, s.device, s.stream, s.n AS activities,
        s.union_ns / 1e6 AS busy_ms, s.union_ns / nullif(dv.union_ns, 0) AS share_of_device_busy,
        s.union_ns / nullif(t.duration_ns, 0) AS utilization, c.top_category
 FROM u s
-JOIN u dv ON dv.device = s.device AND dv.stream IS NULL
+JOIN device_busy dv ON dv.device = s.device
 JOIN traces t ON t.trace_id = $trace_id
 LEFT JOIN top_cat c ON c.device = s.device AND c.stream IS NOT DISTINCT FROM s.stream
 WHERE s.stream IS NOT NULL OR NOT EXISTS (FROM a WHERE a.device = s.device AND a.stream IS NOT NULL)
