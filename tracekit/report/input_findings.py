@@ -95,7 +95,12 @@ def _sized(results: Results) -> list[Mapping[str, Any]]:
 
 
 def _describe(r: Mapping[str, Any], n: int) -> str:
-    pad = f" padded to {int(r['padded_len'])}" if r.get("padded_len") else ""
+    # real and padded tokens are the request's (all its sequences); padded_len is per sequence
+    pad = ""
+    if r.get("padded_tokens") is not None:
+        pad = f" of {int(_num(r['padded_tokens']))} computed"
+        if r.get("padded_len"):
+            pad += f" (padded length {int(_num(r['padded_len']))})"
     return (f"request {r['request_id']} {_num(r['e2e_ms']):.1f} ms, {int(r['real_tokens'])} real "
             f"tokens{pad} (size rank {r['size_rank']} of {n})")  # fmt: skip
 
