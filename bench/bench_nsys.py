@@ -48,6 +48,40 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_ingest import SNIPPETS as KINETO_SNIPPETS  # noqa: E402  (same rows, same child)
 from bench_ingest import child_env, machine  # noqa: E402
 
+# The work of a whole-process row: `cmd` run with `env`, failing the benchmark if it fails.
+_RUN = (
+    "p = subprocess.run(cmd, capture_output=True, text=True, env=env)\n"
+    "assert p.returncode == 0, p.stderr[-2000:]\n"
+    "N = 0"
+)
+
+
+def _report(cold: bool) -> tuple[str, str]:
+    """`python -m tracekit report FILE` as a user runs it, with OUT/cache as its cache: emptied
+    first for the cold run, the store the cold run left for the warm one."""
+    clear = "shutil.rmtree(cache, ignore_errors=True)\n" if cold else ""
+    return (
+        "import os, shutil, subprocess, sys\n"
+        "cache = os.path.join(OUT, 'cache')\n" + clear +
+        "env = dict(os.environ, TRACEKIT_CACHE_DIR=cache)\n"
+        "cmd = [sys.executable, '-m', 'tracekit', 'report', PATH, '--force', '-o',\n"
+        "       os.path.join(OUT, 'report.html')]",
+        _RUN,
+    )  # fmt: skip
+
+
+def _nsys_stats(out_name: str, reports: str) -> tuple[str, str]:
+    """`nsys stats -r <reports>` to CSV files OUT/<out_name>_<report>.csv (`reports` names a
+    variable of the child: REPORT or FIVE)."""
+    return (
+        "import os, shutil, subprocess\n"
+        "env = None\n"
+        "cmd = [shutil.which('nsys'), 'stats', '-q', '--force-overwrite', 'true', '--format',\n"
+        f"       'csv', '-o', os.path.join(OUT, '{out_name}'), '-r', {reports}, PATH]",
+        _RUN,
+    )
+
+
 # Each snippet gets PATH and OUT (a scratch folder) and must set N after the timed work.
 SNIPPETS = {
     "ingest (cold)": KINETO_SNIPPETS["ingest (cold)"],
@@ -58,39 +92,10 @@ SNIPPETS = {
         "t.close(); N = len(df)\n"
         "json.dump(df.select('stage', 'name', 'count', 'total_ms').rows(),\n"
         "          open(os.path.join(OUT, 'top_kernels.json'), 'w'))"),
-    # Whole processes, as a user runs them: `tracekit report` with an empty cache, then again
-    # with the store it left (OUT/cache is emptied before each cold run).
-    "cold report": (
-        "import os, shutil, subprocess, sys\n"
-        "cache = os.path.join(OUT, 'cache'); shutil.rmtree(cache, ignore_errors=True)\n"
-        "env = dict(os.environ, TRACEKIT_CACHE_DIR=cache)\n"
-        "cmd = [sys.executable, '-m', 'tracekit', 'report', PATH, '--force', '-o',\n"
-        "       os.path.join(OUT, 'report.html')]",
-        "p = subprocess.run(cmd, capture_output=True, text=True, env=env)\n"
-        "assert p.returncode == 0, p.stderr[-2000:]\n"
-        "N = 0"),
-    "warm report": (
-        "import os, subprocess, sys\n"
-        "env = dict(os.environ, TRACEKIT_CACHE_DIR=os.path.join(OUT, 'cache'))\n"
-        "cmd = [sys.executable, '-m', 'tracekit', 'report', PATH, '--force', '-o',\n"
-        "       os.path.join(OUT, 'report.html')]",
-        "p = subprocess.run(cmd, capture_output=True, text=True, env=env)\n"
-        "assert p.returncode == 0, p.stderr[-2000:]\n"
-        "N = 0"),
-    "nsys stats (5 reports)": (
-        "import os, shutil, subprocess\n"
-        "cmd = [shutil.which('nsys'), 'stats', '-q', '--force-overwrite', 'true', '--format',\n"
-        "       'csv', '-o', os.path.join(OUT, 'stats5'), '-r', FIVE, PATH]",
-        "p = subprocess.run(cmd, capture_output=True, text=True)\n"
-        "assert p.returncode == 0, p.stderr[-2000:]\n"
-        "N = 0"),
-    "nsys gpukernsum": (
-        "import os, shutil, subprocess\n"
-        "cmd = [shutil.which('nsys'), 'stats', '-q', '--force-overwrite', 'true', '--format',\n"
-        "       'csv', '-o', os.path.join(OUT, 'stats'), '-r', REPORT, PATH]",
-        "p = subprocess.run(cmd, capture_output=True, text=True)\n"
-        "assert p.returncode == 0, p.stderr[-2000:]\n"
-        "N = 0"),
+    "cold report": _report(cold=True),
+    "warm report": _report(cold=False),
+    "nsys stats (5 reports)": _nsys_stats("stats5", "FIVE"),
+    "nsys gpukernsum": _nsys_stats("stats", "REPORT"),
 }  # fmt: skip
 
 CHILD = """

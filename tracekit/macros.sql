@@ -249,18 +249,18 @@ WITH st AS (
       AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
     GROUP BY c.event_id
 ), near AS (
-    SELECT st.event_id, st.stage, h.parent FROM st LEFT JOIN near_hits h USING (event_id)
+    SELECT st.*, h.parent FROM st LEFT JOIN near_hits h USING (event_id)
 ), straddling AS (
     SELECT s.* FROM st s LEFT JOIN requests r
       ON r.trace_id = trace AND r.request_id = s.request_id
     WHERE r.request_id IS NULL OR s.end_ns > r.end_ns
 ), far AS (
     SELECT c.event_id, arg_min(p.stage, p.dur_ns) AS parent
-    FROM near c JOIN st cs USING (event_id) JOIN straddling p
-      ON p.tid = cs.tid AND coalesce(p.pid, -1) = coalesce(cs.pid, -1)
-    WHERE c.parent IS NULL AND p.request_id IS DISTINCT FROM cs.request_id
-      AND p.stage <> cs.stage AND p.start_ns <= cs.start_ns AND p.end_ns >= cs.end_ns
-      AND (p.dur_ns > cs.dur_ns OR (p.dur_ns = cs.dur_ns AND p.event_id < cs.event_id))
+    FROM near c JOIN straddling p
+      ON p.tid = c.tid AND coalesce(p.pid, -1) = coalesce(c.pid, -1)
+    WHERE c.parent IS NULL AND p.request_id IS DISTINCT FROM c.request_id
+      AND p.stage <> c.stage AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
+      AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
     GROUP BY c.event_id
 ), enc AS (
     SELECT n.event_id, n.stage, coalesce(n.parent, f.parent) AS parent
