@@ -31,8 +31,10 @@
 
 -- A pid/tid as an integer when it is one ("4242", "stream 7", 1.5 → 1), else NULL.
 CREATE OR REPLACE TEMP MACRO tk_not_min(v) AS CASE WHEN v > -9223372036854775808 THEN v END;
+-- (First the common case, an integer as JSON writes it: a cast and back, half a regex's cost.)
 CREATE OR REPLACE TEMP MACRO tk_thread_int(v) AS CASE
     WHEN v IS NULL THEN NULL
+    WHEN TRY_CAST(v AS BIGINT)::VARCHAR = v THEN tk_not_min(TRY_CAST(v AS BIGINT))
     WHEN regexp_full_match(v, '-?[0-9]+') THEN tk_not_min(TRY_CAST(v AS BIGINT))
     WHEN v = 'true' THEN 1
     WHEN v = 'false' THEN 0
@@ -52,8 +54,12 @@ CREATE OR REPLACE TEMP MACRO tk_int_arg(j) AS CASE json_type(j)
 
 -- µs → ns, whole and fraction scaled apart so epoch-µs values keep their nanoseconds; ties
 -- round to even like Python's round(). NULL when out of range.
-CREATE OR REPLACE TEMP MACRO tk_us_to_ns(x) AS CASE WHEN x < 1e20
-    THEN trunc(x)::HUGEINT * 1000 + round_even((x - trunc(x)) * 1000.0, 0)::HUGEINT END;
+-- (Within ±9e15 µs the arithmetic fits BIGINT, which is cheaper than HUGEINT's.)
+CREATE OR REPLACE TEMP MACRO tk_us_to_ns(x) AS CASE
+    WHEN x < 9.0e15 AND x > -9.0e15
+        THEN (trunc(x)::BIGINT * 1000 + round_even((x - trunc(x)) * 1000.0, 0)::BIGINT)::HUGEINT
+    WHEN x < 1e20 THEN trunc(x)::HUGEINT * 1000 + round_even((x - trunc(x)) * 1000.0, 0)::HUGEINT
+    END;
 
 CREATE OR REPLACE TEMP TABLE _events_raw (
     trace_id INTEGER, event_id BIGINT, kind VARCHAR, name VARCHAR, start_ns BIGINT,
@@ -91,8 +97,6 @@ CREATE OR REPLACE TEMP VIEW _kineto_rows AS SELECT rowid + 1 AS event_id, * FROM
 CREATE OR REPLACE TEMP VIEW _kineto_fated AS
 WITH x AS (
     SELECT r.*, lower(coalesce(r.cat, '')) AS cat_l,
-           CASE WHEN r.ph = 'X' THEN tk_us_to_ns(r.ts) END AS start_h,
-           CASE WHEN r.ph = 'X' THEN tk_us_to_ns(r.dur) END AS dur_h,
            tk_thread_int(r.pid) AS pid_i, tk_thread_int(r.tid) AS tid_i
     FROM _kineto_rows r
 ), f AS (
@@ -104,8 +108,9 @@ WITH x AS (
             WHEN x.cat_l = 'trace' THEN 'elsewhere'
             WHEN x.ts IS NULL OR NOT isfinite(x.ts) OR x.ts < 0 THEN 'skipped'
             WHEN x.dur IS NULL OR NOT isfinite(x.dur) OR x.dur < 0 THEN 'skipped'
-            WHEN x.start_h IS NULL OR x.dur_h IS NULL
-                 OR x.start_h + x.dur_h > 9223372036854775807 THEN 'skipped'
+            WHEN x.ts + x.dur < 9.0e15 THEN 'placed'  -- (in range: the exact test is dearer)
+            WHEN tk_us_to_ns(x.ts) IS NULL OR tk_us_to_ns(x.dur) IS NULL
+                 OR tk_us_to_ns(x.ts) + tk_us_to_ns(x.dur) > 9223372036854775807 THEN 'skipped'
             ELSE 'placed'
         END AS fate,
         CASE
@@ -118,8 +123,10 @@ WITH x AS (
             WHEN x.ts < 0 THEN 'negative ts'
             WHEN x.dur IS NULL OR NOT isfinite(x.dur) THEN 'missing or non-numeric dur'
             WHEN x.dur < 0 THEN 'negative dur'
-            WHEN x.start_h IS NULL OR x.dur_h IS NULL
-                 OR x.start_h + x.dur_h > 9223372036854775807 THEN 'ts or dur out of range'
+            WHEN x.ts + x.dur < 9.0e15 THEN NULL
+            WHEN tk_us_to_ns(x.ts) IS NULL OR tk_us_to_ns(x.dur) IS NULL
+                 OR tk_us_to_ns(x.ts) + tk_us_to_ns(x.dur) > 9223372036854775807
+                THEN 'ts or dur out of range'
         END AS reason
     FROM x
 )
@@ -133,7 +140,7 @@ FROM f;
 -- derivation. pid_label/tid_label, gpu, arg_device and arg_stream are for @labels.
 CREATE OR REPLACE TEMP VIEW _kineto_placed AS
 WITH a AS (
-    SELECT f.*,
+    SELECT f.*, tk_us_to_ns(f.ts) AS start_h, tk_us_to_ns(f.dur) AS dur_h,
         CASE WHEN starts_with(f.args::VARCHAR, '{')
              THEN json_transform(f.args, '{"device": "JSON", "stream": "JSON", "correlation": "JSON",
                                           "External id": "JSON"}')
