@@ -142,9 +142,10 @@ def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) ->
 
 
 def _truncated(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
-    """Why the file is shorter than the blocks its header lists (None: it is not): a cut
-    store may still open and answer from its first blocks."""
-    row = con.execute("SELECT block_size, total_blocks FROM pragma_database_size()").fetchone()
+    """Why the file is shorter than the blocks in use need (None: it is not): a cut store
+    may still open and answer from its first blocks. (Not the blocks the header counts:
+    DuckDB cuts free blocks off the file's end yet keeps counting them.)"""
+    row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchone()
     if row is not None and path.stat().st_size < int(row[0]) * int(row[1]):
         return "it is truncated"
     return None
