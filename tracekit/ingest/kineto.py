@@ -404,29 +404,38 @@ def _count(stats: IngestStats, fate: str, reason: str | None, n: int) -> None:
 
 def _map_rare(con: duckdb.DuckDBPyConnection, sql: dict[str, str], stats: IngestStats) -> None:
     """Map the rare rows (kineto.sql's _kineto_rare) in SQL, as the Python mapper would:
-    instants and begin/end pairs into the staging table, metadata into `threads`."""
-    for fate, reason, n in con.execute(sql["instants"]).fetchall():
-        _count(stats, fate, reason, n)
-    for fate, reason, n in con.execute(sql["pairs"]).fetchall():
-        _count(stats, fate, reason, n)
-    for fate, reason, _, _, n, _ in con.execute(sql["fates"]).fetchall():  # (the pairs')
-        _count(stats, fate, reason, n)
-    con.execute(sql["placed"])
-    con.execute(sql["labelled"])
-    odd = con.execute(sql["metadata"]).fetchall()
-    if odd:  # labels only Python's str() spells (floats, lists, objects): a handful at most
-        con.execute(
-            "UPDATE _kineto_meta SET label = l.label FROM "
-            "(SELECT unnest($ids) AS event_id, unnest($labels) AS label) l "
-            "WHERE _kineto_meta.event_id = l.event_id",
-            {"ids": [r[0] for r in odd], "labels": [str(_load_value(r[1])) for r in odd]},
-        )
-    con.execute(sql["threads"])
-    for ph, n in con.execute(sql["other_phases"]).fetchall():
+    instants and begin/end pairs into the staging table, metadata into `threads`. A section
+    runs only when its phases are there (each costs a few ms to plan, rows or not)."""
+    phases = dict(con.execute("SELECT ph, count(*) FROM _kineto_rare GROUP BY ph").fetchall())
+    if phases.keys() & _INSTANT_PHASES:
+        for fate, reason, n in con.execute(sql["instants"]).fetchall():
+            _count(stats, fate, reason, n)
+    if phases.keys() & _PAIR_PHASES:
+        for fate, reason, n in con.execute(sql["pairs"]).fetchall():
+            _count(stats, fate, reason, n)
+        for fate, reason, _, _, n, _ in con.execute(sql["fates"]).fetchall():  # (the pairs')
+            _count(stats, fate, reason, n)
+        con.execute(sql["placed"])
+        con.execute(sql["labelled"])
+    if "M" in phases:
+        odd = con.execute(sql["metadata"]).fetchall()
+        if odd:  # labels only Python's str() spells (floats, lists, objects): a handful at most
+            con.execute(
+                "UPDATE _kineto_meta SET label = l.label FROM "
+                "(SELECT unnest($ids) AS event_id, unnest($labels) AS label) l "
+                "WHERE _kineto_meta.event_id = l.event_id",
+                {"ids": [r[0] for r in odd], "labels": [str(_load_value(r[1])) for r in odd]},
+            )
+        con.execute(sql["threads"])
+    for ph, n in phases.items():
         if ph == "M":
             stats.elsewhere["metadata (threads table)"] += n
-        else:
+        elif ph not in _INSTANT_PHASES | _PAIR_PHASES:
             stats.skipped["no phase" if ph is None else f"unsupported phase {ph!r}"] += n
+
+
+_INSTANT_PHASES = {"i", "I", "R"}
+_PAIR_PHASES = {"B", "E"}
 
 
 def _load_value(text: str) -> Any:

@@ -328,8 +328,3 @@ SELECT @trace_id, pid_i, tid_i,
        arg_max(label, event_id) FILTER (WHERE what = 'process_name'),
        arg_max(label, event_id) FILTER (WHERE what = 'thread_name')
 FROM _kineto_meta GROUP BY pid_i, tid_i ORDER BY pid_i NULLS FIRST, tid_i NULLS FIRST;
-
--- @other_phases (counted only: metadata of other names, unknown phases; ph NULL: no phase)
-SELECT ph, count(*) FROM _kineto_rare
-WHERE ph IS NULL OR ph NOT IN ('i', 'I', 'R', 'B', 'E')
-GROUP BY ph;
