@@ -156,6 +156,21 @@ def test_engines_agree_on_odd_but_valid_events(
     assert fast[3]["samples"] == [1, 2]
 
 
+@pytest.mark.parametrize("value", [4.6e15, 4.7e15, 8.99e15, 9.0e15, 1e300])
+def test_times_around_the_cheap_range_test(value: float, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The fast path tests ts + dur < 9e15 µs first and the exact int64-ns bound only where
+    that fails: 4.6e15 twice still fits, 4.7e15 twice does not; huge and negative values
+    next to each other must neither fit nor break the conversion (or fall back to Python)."""
+    _python_mapper_not_used(monkeypatch)
+    ev = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": value, "dur": value}
+    events = [ev, {**ev, "dur": 1.5}, {**ev, "ts": 1, "dur": 1},
+              {**ev, "ts": -1e300, "dur": 1e301}, {**ev, "ts": 1e301, "dur": -1e300}]  # fmt: skip
+    path = tmp_path / "near.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    _assert_same(path, monkeypatch)
+
+
 def _python_mapper_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only TRACEKIT_KINETO_ENGINE=python may reach the Python mapper: no silent fallback."""
     real = kineto._ingest_python

@@ -97,7 +97,14 @@ CREATE OR REPLACE TEMP VIEW _kineto_rows AS SELECT rowid + 1 AS event_id, * FROM
 CREATE OR REPLACE TEMP VIEW _kineto_fated AS
 WITH x AS (
     SELECT r.*, lower(coalesce(r.cat, '')) AS cat_l,
-           tk_thread_int(r.pid) AS pid_i, tk_thread_int(r.tid) AS tid_i
+           tk_thread_int(r.pid) AS pid_i, tk_thread_int(r.tid) AS tid_i,
+           -- (whether ts + dur fits int64 ns, for finite non-negative ones: a cheap test
+           -- first, the exact one, dearer, only for the rows it does not settle)
+           CASE WHEN r.ts + r.dur < 9.0e15 THEN true
+                WHEN r.ts >= 0 AND r.dur >= 0
+                    THEN coalesce(tk_us_to_ns(r.ts) + tk_us_to_ns(r.dur) <= 9223372036854775807,
+                                  false)
+                ELSE false END AS fits
     FROM _kineto_rows r
 ), f AS (
     SELECT x.*, @kind_case AS kind,
@@ -108,9 +115,7 @@ WITH x AS (
             WHEN x.cat_l = 'trace' THEN 'elsewhere'
             WHEN x.ts IS NULL OR NOT isfinite(x.ts) OR x.ts < 0 THEN 'skipped'
             WHEN x.dur IS NULL OR NOT isfinite(x.dur) OR x.dur < 0 THEN 'skipped'
-            WHEN x.ts + x.dur < 9.0e15 THEN 'placed'  -- (in range: the exact test is dearer)
-            WHEN tk_us_to_ns(x.ts) IS NULL OR tk_us_to_ns(x.dur) IS NULL
-                 OR tk_us_to_ns(x.ts) + tk_us_to_ns(x.dur) > 9223372036854775807 THEN 'skipped'
+            WHEN NOT x.fits THEN 'skipped'
             ELSE 'placed'
         END AS fate,
         CASE
@@ -123,10 +128,7 @@ WITH x AS (
             WHEN x.ts < 0 THEN 'negative ts'
             WHEN x.dur IS NULL OR NOT isfinite(x.dur) THEN 'missing or non-numeric dur'
             WHEN x.dur < 0 THEN 'negative dur'
-            WHEN x.ts + x.dur < 9.0e15 THEN NULL
-            WHEN tk_us_to_ns(x.ts) IS NULL OR tk_us_to_ns(x.dur) IS NULL
-                 OR tk_us_to_ns(x.ts) + tk_us_to_ns(x.dur) > 9223372036854775807
-                THEN 'ts or dur out of range'
+            WHEN NOT x.fits THEN 'ts or dur out of range'
         END AS reason
     FROM x
 )
