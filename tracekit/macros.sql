@@ -168,7 +168,8 @@ WITH a AS (
     WHERE r.trace_id = tid AND r.kind = 'runtime' AND r.event_id IN (SELECT launch_id FROM a)
 ), with_op AS (
     SELECT a.*, tk_op_name(coalesce(x.op, l.op)) AS op
-    FROM a LEFT JOIN ext_op x ON x.external_id = a.external_id AND a.external_id <> 0
+    -- (ext_op holds no id 0: a test of a's id here made DuckDB join by nested loops)
+    FROM a LEFT JOIN ext_op x ON x.external_id = a.external_id
     LEFT JOIN launch_op l ON l.launch_id = a.launch_id
 ), kinds AS (  -- the rules run once per distinct (kernel name, op), not once per kernel
     SELECT DISTINCT name, op FROM with_op WHERE kind = 'kernel'
