@@ -218,15 +218,6 @@ def test_out_of_range_times(key: str, value: float):
     check(json.dumps(doc).encode())
 
 
-@pytest.mark.parametrize("value", [4.6e15, 4.7e15, 8.99e15, 9.0e15])
-def test_times_near_the_fast_range(value: float):
-    """The fast path's cheap range test (ts + dur < 9e15 µs) and its exact one around it:
-    4.6e15 twice still fits int64 nanoseconds, 4.7e15 twice does not."""
-    ev = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": value, "dur": value}
-    doc = {"traceEvents": [ev, {**ev, "dur": 1.5}, {**ev, "ts": 1, "dur": 1}]}
-    check(json.dumps(doc).encode())
-
-
 @pytest.mark.parametrize("value", [2**64, -(2**64), 2**63])
 def test_out_of_range_ids(value: int):
     ev = {

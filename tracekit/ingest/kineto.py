@@ -402,6 +402,11 @@ def _count(stats: IngestStats, fate: str, reason: str | None, n: int) -> None:
         stats.elsewhere[str(reason)] += n
 
 
+# Phases of the rare rows that kineto.sql maps (the rest are counted only).
+_INSTANT_PHASES = {"i", "I", "R"}
+_PAIR_PHASES = {"B", "E"}
+
+
 def _map_rare(con: duckdb.DuckDBPyConnection, sql: dict[str, str], stats: IngestStats) -> None:
     """Map the rare rows (kineto.sql's _kineto_rare) in SQL, as the Python mapper would:
     instants and begin/end pairs into the staging table, metadata into `threads`. A section
@@ -432,10 +437,6 @@ def _map_rare(con: duckdb.DuckDBPyConnection, sql: dict[str, str], stats: Ingest
             stats.elsewhere["metadata (threads table)"] += n
         elif ph not in _INSTANT_PHASES | _PAIR_PHASES:
             stats.skipped["no phase" if ph is None else f"unsupported phase {ph!r}"] += n
-
-
-_INSTANT_PHASES = {"i", "I", "R"}
-_PAIR_PHASES = {"B", "E"}
 
 
 def _load_value(text: str) -> Any:
