@@ -112,3 +112,35 @@ def test_text_parameter_is_data(store: Path):
         )
         assert df.to_dicts() == [{"n": 0, "echoed": payload}]
     assert events_in(store) == 3
+
+
+def test_store_or_export_of_an_older_schema_is_refused(store: Path, tmp_path: Path):
+    """A store (alone or beside another) or a Parquet export whose events lack a column this
+    version's queries read gets one line naming it and exit 2, and is left as it was."""
+    old = tmp_path / "old.duckdb"
+    old.write_bytes(store.read_bytes())
+    con = duckdb.connect(str(old))
+    con.execute("ALTER TABLE events DROP COLUMN launch_op")
+    con.close()
+    before = old.read_bytes()
+    why = "an older tracekit wrote it (events has no launch_op); ingest or export the trace again"
+    for args in (
+        ["report", str(old), "-o", str(tmp_path / "r.html")],
+        ["sql", str(old), str(store), "SELECT 1"],
+    ):
+        code, out, err = run(*args)
+        assert code == 2, (args, out, err)
+        assert err.strip().splitlines() == [f"Error: {old}: {why}"], err
+    assert old.read_bytes() == before and not (tmp_path / "r.html").exists()
+
+    export = tmp_path / "export"
+    code, _, err = run("export", str(store), "--parquet", str(export))
+    assert code == 0, err
+    events = next((export / "events").glob("trace_id=*/*.parquet"))
+    rewritten = tmp_path / "events.parquet"
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * EXCLUDE (launch_op) FROM '{events}') TO '{rewritten}'")
+    con.close()
+    rewritten.replace(events)
+    code, _, err = run("sql", str(export), "SELECT count(*) FROM events")
+    assert code == 2 and err.strip().splitlines() == [f"Error: {export}: {why}"], err

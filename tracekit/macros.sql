@@ -51,31 +51,34 @@ FROM o GROUP BY key;
 -- tk_busy_upto(intervals, points) -> (key, point_id, busy_ns): for each point (columns key,
 -- point_id, t), the length of the union of that key's intervals before t (a device's busy
 -- time up to t). Differences of two points give the busy time between them (a window, a bin),
--- overlaps counted once. Islands (tk_islands) and points go in one sequence per key; running
--- maxima carry each point's last island: the portable form of an as-of join (Spark has none).
+-- overlaps counted once. Islands (tk_islands) and points go in one sequence per key: a point's
+-- row number there minus its row number among the points is the number of islands that start
+-- at or before it, so the last of them is found by an equi-join (the portable form of an
+-- as-of join: Spark has none). Row numbers, not running maxima: three running maxima over
+-- 1.6e6 rows took 0.7 s, this 0.5 s.
 CREATE OR REPLACE TEMP MACRO tk_busy_upto(intervals, points) AS TABLE
-WITH isl AS (
-    FROM tk_islands(intervals)
-), cum AS (  -- islands are disjoint: busy time before each one is a running sum
+WITH cum AS (  -- islands are disjoint: busy time before each one is a running sum
     SELECT key, start_ns AS i0, end_ns AS i1,
            sum(end_ns - start_ns) OVER (PARTITION BY key ORDER BY start_ns
-                                        ROWS UNBOUNDED PRECEDING) - (end_ns - start_ns) AS before
-    FROM isl
+                                        ROWS UNBOUNDED PRECEDING) - (end_ns - start_ns) AS before,
+           row_number() OVER (PARTITION BY key ORDER BY start_ns) AS k
+    FROM tk_islands(intervals)
 ), merged AS (  -- an island sorts before a point at its start
-    SELECT key, i0 AS t, 0 AS is_point, i0, i1, before, CAST(NULL AS BIGINT) AS point_id
-    FROM cum
+    SELECT key, i0 AS t, 0 AS is_point, CAST(NULL AS BIGINT) AS point_id FROM cum
     UNION ALL
-    SELECT key, t, 1, NULL, NULL, NULL, point_id FROM query_table(points)
-), carried AS (  -- i0, i1 and before all grow island by island: their running maxima
-    SELECT key, is_point, point_id, t,
-           max(i0) OVER (PARTITION BY key ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS i0,
-           max(i1) OVER (PARTITION BY key ORDER BY t, is_point ROWS UNBOUNDED PRECEDING) AS i1,
-           max(before) OVER (PARTITION BY key ORDER BY t, is_point ROWS UNBOUNDED PRECEDING)
-               AS before
+    SELECT key, t, 1, point_id FROM query_table(points)
+), ranked AS (
+    SELECT key, point_id, t, is_point,
+           row_number() OVER (PARTITION BY key ORDER BY t, is_point, point_id) AS rn
     FROM merged
+), counted AS (  -- k: islands starting at or before t
+    SELECT key, point_id, t,
+           rn - row_number() OVER (PARTITION BY key ORDER BY t, point_id) AS k
+    FROM ranked WHERE is_point = 1
 )
-SELECT key, point_id, coalesce(before + least(greatest(t - i0, 0), i1 - i0), 0) AS busy_ns
-FROM carried WHERE is_point = 1;
+SELECT p.key, p.point_id,
+       coalesce(c.before + least(greatest(p.t - c.i0, 0), c.i1 - c.i0), 0) AS busy_ns
+FROM counted p LEFT JOIN cum c ON c.k = p.k AND c.key IS NOT DISTINCT FROM p.key;
 
 -- tk_op_name(name): an op's name without the per-call suffixes torch's emit_nvtx adds
 -- ('aten::addmm, seq = 47588, op_id = 999618' -> 'aten::addmm'), so one op is one group.
@@ -145,32 +148,17 @@ CREATE TEMP TABLE IF NOT EXISTS tk_category_rules (
 
 -- tk_gpu_activity(tid) -> one row per kernel, memcpy and memset of trace `tid`: trace_id,
 -- event_id, kind, name, short_name, device (-1 when the source names none), stream, start_ns,
--- end_ns, dur_ns, stage, request_id, op (the host op that launched it: Kineto's cpu_op with
--- the same External id, else the parent of the launching runtime call, emit_nvtx suffixes
--- removed), direction (memcpy), category. The category is exactly one per activity:
--- 'memcpy <direction>' for copies, 'memset', else the first rule of tk_category_rules whose
+-- end_ns, dur_ns, stage, request_id, op (events.launch_op: the host op that launched it,
+-- derived at ingest), direction (memcpy), category. The category is exactly one per
+-- activity: 'memcpy <direction>' for copies, 'memset', else the first rule of tk_category_rules whose
 -- pattern matches the kernel name (target 'kernel') or its launching op (target 'op'), else
 -- 'other'.
 CREATE OR REPLACE TEMP MACRO tk_gpu_activity(tid) AS TABLE
-WITH a AS (
+WITH with_op AS (
     SELECT trace_id, event_id, kind, name, coalesce(device, -1) AS device, stream, start_ns,
-           end_ns, dur_ns, stage, request_id, launch_id, external_id,
+           end_ns, dur_ns, stage, request_id, launch_op AS op,
            CASE WHEN kind = 'memcpy' THEN tk_copy_direction(kind, name, args) END AS direction
     FROM events WHERE trace_id = tid AND kind IN ('kernel', 'memcpy', 'memset')
-), ext_op AS (
-    SELECT external_id, arg_min(name, event_id) AS op FROM events
-    WHERE trace_id = tid AND kind = 'cpu_op' AND external_id IS NOT NULL AND external_id <> 0
-      AND external_id IN (SELECT external_id FROM a)
-    GROUP BY external_id
-), launch_op AS (
-    SELECT r.event_id AS launch_id, p.name AS op
-    FROM events r JOIN events p ON p.trace_id = tid AND p.event_id = r.parent_id
-    WHERE r.trace_id = tid AND r.kind = 'runtime' AND r.event_id IN (SELECT launch_id FROM a)
-), with_op AS (
-    SELECT a.*, tk_op_name(coalesce(x.op, l.op)) AS op
-    -- (ext_op holds no id 0: a test of a's id here made DuckDB join by nested loops)
-    FROM a LEFT JOIN ext_op x ON x.external_id = a.external_id
-    LEFT JOIN launch_op l ON l.launch_id = a.launch_id
 ), kinds AS (
     SELECT DISTINCT name, op FROM with_op WHERE kind = 'kernel'
 ), name_hits AS (  -- each rule runs once per distinct kernel name and once per distinct op,

@@ -11,6 +11,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from tracekit.store.attributes import apply_attributes, sidecars_for
 from tracekit.store.derive import derive
 from tracekit.store.stages import StageRule, rules_digest
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
 TABLES = ("traces", "threads", "events", "stages", "requests", "attributes")
 DUCKDB_MAGIC_OFFSET = 8
@@ -138,6 +139,24 @@ def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) ->
     missing = [t for t in (*TABLES, "meta") if kinds.get(t) != "BASE TABLE"]
     if missing:
         return f"missing tables: {', '.join(missing)}"
+    return None
+
+
+def events_columns() -> list[str]:
+    """The columns of schema.sql's events table, in order."""
+    schema = files("tracekit.store").joinpath("schema.sql").read_text()
+    ddl = schema.split("CREATE TABLE IF NOT EXISTS events (", 1)[1].split("\n);", 1)[0]
+    return re.findall(r"^\s+([a-z_]+)\s+[A-Z]", ddl, flags=re.M)
+
+
+def older_events_problem(con: duckdb.DuckDBPyConnection, events_sql: str) -> str | None:
+    """Why the events of a store or export (`events_sql` selects them) are not this version's
+    (None: they are): what an older tracekit wrote lacks the columns added since."""
+    have = {d[0] for d in con.execute(f"SELECT * FROM ({events_sql}) LIMIT 0").description}
+    lacking = [c for c in events_columns() if c not in have]
+    if lacking:
+        return (f"an older tracekit wrote it (events has no {', '.join(lacking)}); "
+                "ingest or export the trace again")  # fmt: skip
     return None
 
 

@@ -48,14 +48,40 @@ GROUP BY n.parent_id;
 -- 2. Launches: each GPU row to the runtime call with its correlation id in the same process
 -- (Kineto GPU rows carry no host pid: the id is unique within the trace there). When a driver
 -- call nests inside a runtime call with the same id, the outer (earliest) one launched it.
+-- Each kernel, memcpy and memset also gets the host op that launched it (events.launch_op):
+-- Kineto's cpu_op with the same External id (the first one), else the parent of the
+-- launching runtime call; emit_nvtx's per-call suffixes removed. Once here, not in every GPU
+-- query: at 5e6 kernels those joins took 2.1 s per query (bench/results.md, 2026-12-06).
 CREATE OR REPLACE TEMP TABLE _launch AS
-SELECT g.event_id, arg_min(r.event_id, r.start_ns) AS launch_id
-FROM _events_raw g
-JOIN _events_raw r
-  ON r.kind = 'runtime' AND r.correlation = g.correlation AND (g.pid IS NULL OR g.pid = r.pid)
-WHERE g.tid IS NULL AND g.correlation IS NOT NULL AND g.correlation <> 0
-  AND g.kind IN ('kernel', 'memcpy', 'memset', 'sync')
-GROUP BY g.event_id;
+WITH launched AS (
+    SELECT g.event_id, arg_min(r.event_id, r.start_ns) AS launch_id
+    FROM _events_raw g
+    JOIN _events_raw r
+      ON r.kind = 'runtime' AND r.correlation = g.correlation AND (g.pid IS NULL OR g.pid = r.pid)
+    WHERE g.tid IS NULL AND g.correlation IS NOT NULL AND g.correlation <> 0
+      AND g.kind IN ('kernel', 'memcpy', 'memset', 'sync')
+    GROUP BY g.event_id
+), activity AS (
+    SELECT event_id, external_id FROM _events_raw WHERE kind IN ('kernel', 'memcpy', 'memset')
+), ext_op AS (
+    SELECT external_id, tk_op_name(arg_min(name, event_id)) AS op FROM _events_raw
+    WHERE kind = 'cpu_op' AND external_id IS NOT NULL AND external_id <> 0
+      AND external_id IN (SELECT external_id FROM activity)
+    GROUP BY external_id
+), gpu AS (
+    SELECT event_id, l.launch_id, a.external_id, a.event_id IS NOT NULL AS is_activity,
+           n.parent_id AS launch_parent
+    FROM launched l FULL JOIN activity a USING (event_id)
+    LEFT JOIN _nest n ON n.event_id = l.launch_id
+), parent_op AS (  -- (the parents are few: their names are read and cut once each)
+    SELECT event_id, tk_op_name(name) AS op FROM _events_raw
+    WHERE event_id IN (SELECT launch_parent FROM gpu WHERE is_activity)
+)
+SELECT g.event_id, g.launch_id,
+       CASE WHEN g.is_activity THEN coalesce(x.op, p.op) END AS launch_op
+FROM gpu g
+LEFT JOIN ext_op x ON x.external_id = g.external_id
+LEFT JOIN parent_op p ON p.event_id = g.launch_parent;
 
 -- @step stages
 -- 3. Stages: tracekit:<stage> ranges, plus user rules (outermost match per thread). Each
@@ -376,20 +402,20 @@ FROM tk_innermost_open('_req_enc', '_req_encl', '_req_unplaced') o
 WHERE _host_attr.event_id = o.event_id;
 
 -- @step derived columns
--- 6. One narrow row of derived columns per host event and per launched GPU row, then one join
+-- 6. One narrow row of derived columns per host event and per GPU row, then one join
 -- onto the staged rows. Five joins of the wide rows, ordered by event_id, took 17.6 s for 11.9e6
 -- nsys rows; this table plus one unordered join, 10.3-11.4 s (bench/results.md). `events` is not
 -- written in event_id order: nothing relies on it, and sorting the wide rows cost 5 s there.
 CREATE OR REPLACE TEMP TABLE _derived AS
 SELECT n.event_id, n.parent_id, n.depth,
        greatest(h.dur_ns - coalesce(c.child_ns, 0), 0) AS self_ns, NULL::BIGINT AS launch_id,
-       ha.stage, ha.request_id
+       ha.stage, ha.request_id, NULL::VARCHAR AS launch_op
 FROM _nest n
 JOIN _host h USING (event_id)
 JOIN _host_attr ha USING (event_id)
 LEFT JOIN _children c USING (event_id)
 UNION ALL
-SELECT l.event_id, NULL, NULL, NULL, l.launch_id, la.stage, la.request_id
+SELECT l.event_id, NULL, NULL, NULL, l.launch_id, la.stage, la.request_id, l.launch_op
 FROM _launch l LEFT JOIN _host_attr la ON la.event_id = l.launch_id;
 
 -- @step writing events
@@ -401,7 +427,7 @@ SET checkpoint_threshold = '0b';
 INSERT INTO events
 SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,
        e.device, e.stream, e.correlation, e.external_id, e.args,
-       d.parent_id, d.depth, d.self_ns, d.launch_id, d.stage, d.request_id
+       d.parent_id, d.depth, d.self_ns, d.launch_id, d.stage, d.request_id, d.launch_op
 FROM _events_raw e LEFT JOIN _derived d USING (event_id);
 RESET checkpoint_threshold;
 

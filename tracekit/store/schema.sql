@@ -1,4 +1,4 @@
--- tracekit normalized store, schema version 2.
+-- tracekit normalized store, schema version 3.
 -- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store/build.py when this changes:
 -- caches written under another version are rebuilt, never migrated in place.
 
@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS events (
     self_ns     BIGINT,               -- dur_ns minus direct children's dur_ns (host events)
     launch_id   BIGINT,               -- GPU events: event_id of the runtime call that launched it
     stage       VARCHAR,              -- stage the event is attributed to (NULL = none)
-    request_id  BIGINT                -- request the event is attributed to (NULL = none)
+    request_id  BIGINT,               -- request the event is attributed to (NULL = none)
+    launch_op   VARCHAR               -- kernel/memcpy/memset: the host op that launched it
 );
 
 CREATE TABLE IF NOT EXISTS stages (

@@ -343,6 +343,18 @@ def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None
         if catalog is None:
             con.close()
         raise StoreError(f"{path}: not a store tracekit wrote ({why}); nothing in it was run")
+    _check_columns(con, path, "events" if catalog is None else f"{catalog}.events", catalog)
+
+
+def _check_columns(con: duckdb.DuckDBPyConnection, path: Path, events: str,
+                   catalog: str | None = None) -> None:  # fmt: skip
+    from tracekit.store.build import older_events_problem
+
+    why = older_events_problem(con, f"SELECT * FROM {events}")
+    if why is not None:
+        if catalog is None:
+            con.close()
+        raise StoreError(f"{path}: {why}")
 
 
 def _attach_union(
@@ -378,7 +390,9 @@ def _attach_union(
 def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> dict[str, str]:
     """A SELECT per table of a store file (attached as `alias`) or of a Parquet export."""
     if is_export_dir(store):
-        return {t: duckdb_table_sql(store, t) for t in TABLES}
+        tables = {t: duckdb_table_sql(store, t) for t in TABLES}
+        _check_columns(con, store, f"({tables['events']})", alias)
+        return tables
     try:
         con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
     except duckdb.Error as e:
