@@ -75,6 +75,7 @@ def derive(
         "_stage_encl",
         "_req_encl",
         "_derived",
+        "_op_names",
         "_stage_rules",
         "_infer_opts",
         "_cand",

@@ -402,21 +402,30 @@ FROM tk_innermost_open('_req_enc', '_req_encl', '_req_unplaced') o
 WHERE _host_attr.event_id = o.event_id;
 
 -- @step derived columns
--- 6. One narrow row of derived columns per host event and per GPU row, then one join
--- onto the staged rows. Five joins of the wide rows, ordered by event_id, took 17.6 s for 11.9e6
--- nsys rows; this table plus one unordered join, 10.3-11.4 s (bench/results.md). `events` is not
+-- 6. One narrow row of derived columns per host event and per GPU row, then one join onto the
+-- staged rows. Five joins of the wide rows, ordered by event_id, took 17.6 s for 11.9e6 nsys
+-- rows; this table plus one unordered join, 10.3-11.4 s (bench/results.md). `events` is not
 -- written in event_id order: nothing relies on it, and sorting the wide rows cost 5 s there.
+-- The row stays narrow because the join holds it in memory: host rows' parent_id and GPU
+-- rows' launch_id share `link` (depth is NULL on GPU rows), and launch_op travels as an
+-- integer into _op_names. With a string per GPU row the 5e6-kernel build outgrew its memory
+-- limit and spilled (writing events 12.9 -> 28.0 s).
+CREATE OR REPLACE TEMP TABLE _op_names AS
+SELECT row_number() OVER (ORDER BY launch_op) AS op_id, launch_op
+FROM (SELECT DISTINCT launch_op FROM _launch WHERE launch_op IS NOT NULL);
 CREATE OR REPLACE TEMP TABLE _derived AS
-SELECT n.event_id, n.parent_id, n.depth,
-       greatest(h.dur_ns - coalesce(c.child_ns, 0), 0) AS self_ns, NULL::BIGINT AS launch_id,
-       ha.stage, ha.request_id, NULL::VARCHAR AS launch_op
+SELECT n.event_id, n.parent_id AS link, n.depth,
+       greatest(h.dur_ns - coalesce(c.child_ns, 0), 0) AS self_ns, ha.stage, ha.request_id,
+       NULL::BIGINT AS op_id
 FROM _nest n
 JOIN _host h USING (event_id)
 JOIN _host_attr ha USING (event_id)
 LEFT JOIN _children c USING (event_id)
 UNION ALL
-SELECT l.event_id, NULL, NULL, NULL, l.launch_id, la.stage, la.request_id, l.launch_op
-FROM _launch l LEFT JOIN _host_attr la ON la.event_id = l.launch_id;
+SELECT l.event_id, l.launch_id, NULL, NULL, la.stage, la.request_id, o.op_id
+FROM _launch l
+LEFT JOIN _host_attr la ON la.event_id = l.launch_id
+LEFT JOIN _op_names o ON o.launch_op = l.launch_op;
 
 -- @step writing events
 -- The commit of this insert checkpoints: it writes the rows to the file once, compressed,
@@ -427,8 +436,10 @@ SET checkpoint_threshold = '0b';
 INSERT INTO events
 SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,
        e.device, e.stream, e.correlation, e.external_id, e.args,
-       d.parent_id, d.depth, d.self_ns, d.launch_id, d.stage, d.request_id, d.launch_op
-FROM _events_raw e LEFT JOIN _derived d USING (event_id);
+       CASE WHEN d.depth IS NOT NULL THEN d.link END, d.depth, d.self_ns,
+       CASE WHEN d.depth IS NULL THEN d.link END, d.stage, d.request_id, o.launch_op
+FROM _events_raw e LEFT JOIN _derived d USING (event_id)
+LEFT JOIN _op_names o ON o.op_id = d.op_id;
 RESET checkpoint_threshold;
 
 DROP TABLE _events_raw;
