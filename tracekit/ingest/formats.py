@@ -94,7 +94,10 @@ _NSYS_MEMORY_FLOOR = 512 * 1024**2
 # allocations) at 1e6 events. The derivation's joins failed below ~110 MiB there: the floor.
 # (A lower limit while the events are read, 96 MiB, took that step's peak from ~385 to
 # ~315 MB but cost 0.3 s, while the derivation's peak, ~395 MB, stayed the build's.)
-_KINETO_MEMORY_FRACTION = 0.45
+# 0.45 until events gained launch_op: the events write then ran out of memory at 128 MiB
+# on the 1e6-event trace about one build in two (and the build ran again at 2 GB: 10 s, not
+# 5); at 150 MiB three of three passed, with peaks of 354-374 MB (1.3-1.4x the JSON).
+_KINETO_MEMORY_FRACTION = 0.6
 _KINETO_MEMORY_FLOOR = 128 * 1024**2
 # DuckDB's allocator returns freed memory to the system only after a query that allocated
 # more than this (default 128 MiB): at 16 MB a 1e6-event build peaked 30-50 MiB lower (1.3x
