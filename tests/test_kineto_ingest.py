@@ -270,7 +270,7 @@ def test_build_memory_limit_follows_the_json_size(tmp_path: Path, monkeypatch) -
     big = tmp_path / "big.json"
     with open(big, "wb") as f:
         f.truncate(1_000_000_000)  # sparse: only the size is read
-    assert store._memory_limit(big, by_name("kineto")) == ("450000000B", True)
+    assert store._memory_limit(big, by_name("kineto")) == ("600000000B", True)
     small = tmp_path / "small.json.gz"
     small.write_bytes(gzip.compress(b'{"traceEvents": []}' + b" " * 10_000))
     assert json_scan.document_size(small) == 10_019  # the gzip trailer's size
