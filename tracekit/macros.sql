@@ -150,9 +150,9 @@ CREATE TEMP TABLE IF NOT EXISTS tk_category_rules (
 -- event_id, kind, name, short_name, device (-1 when the source names none), stream, start_ns,
 -- end_ns, dur_ns, stage, request_id, op (events.launch_op: the host op that launched it,
 -- derived at ingest), direction (memcpy), category. The category is exactly one per
--- activity: 'memcpy <direction>' for copies, 'memset', else the first rule of tk_category_rules whose
--- pattern matches the kernel name (target 'kernel') or its launching op (target 'op'), else
--- 'other'.
+-- activity: 'memcpy <direction>' for copies, 'memset', else the first rule of
+-- tk_category_rules whose pattern matches the kernel name (target 'kernel') or its launching
+-- op (target 'op'), else 'other'.
 CREATE OR REPLACE TEMP MACRO tk_gpu_activity(tid) AS TABLE
 WITH with_op AS (
     SELECT trace_id, event_id, kind, name, coalesce(device, -1) AS device, stream, start_ns,

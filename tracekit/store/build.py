@@ -29,7 +29,7 @@ from tracekit.ingest.formats import TraceFormat
 from tracekit.progress import build_progress
 from tracekit.store import cache
 from tracekit.store.attributes import apply_attributes, sidecars_for
-from tracekit.store.derive import derive
+from tracekit.store.derive import derive, events_ddl
 from tracekit.store.stages import StageRule, rules_digest
 
 SCHEMA_VERSION = "3"
@@ -144,15 +144,14 @@ def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) ->
 
 def events_columns() -> list[str]:
     """The columns of schema.sql's events table, in order."""
-    schema = files("tracekit.store").joinpath("schema.sql").read_text()
-    ddl = schema.split("CREATE TABLE IF NOT EXISTS events (", 1)[1].split("\n);", 1)[0]
-    return re.findall(r"^\s+([a-z_]+)\s+[A-Z]", ddl, flags=re.M)
+    return re.findall(r"^\s+([a-z_]+)\s+[A-Z]", events_ddl(), flags=re.M)
 
 
-def older_events_problem(con: duckdb.DuckDBPyConnection, events_sql: str) -> str | None:
-    """Why the events of a store or export (`events_sql` selects them) are not this version's
-    (None: they are): what an older tracekit wrote lacks the columns added since."""
-    have = {d[0] for d in con.execute(f"SELECT * FROM ({events_sql}) LIMIT 0").description}
+def older_events_problem(con: duckdb.DuckDBPyConnection, events: str) -> str | None:
+    """Why the events of a store or export (`events`: a table, or a subquery in parentheses)
+    are not this version's (None: they are): what an older tracekit wrote lacks the columns
+    added since."""
+    have = {d[0] for d in con.execute(f"SELECT * FROM {events} LIMIT 0").description}
     lacking = [c for c in events_columns() if c not in have]
     if lacking:
         return (f"an older tracekit wrote it (events has no {', '.join(lacking)}); "

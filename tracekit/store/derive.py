@@ -12,7 +12,8 @@ from tracekit.progress import NO_PROGRESS, Progress
 from tracekit.store.stages import StageRule, split_depth
 
 
-def _events_ddl() -> str:
+def events_ddl() -> str:
+    """schema.sql's CREATE TABLE statement for `events`."""
     schema = files("tracekit.store").joinpath("schema.sql").read_text()
     match = re.search(r"CREATE TABLE IF NOT EXISTS events \(.*?\n\);", schema, re.S)
     assert match, "schema.sql lost its events table"  # a packaging bug, not user input
@@ -42,7 +43,7 @@ def derive(
     ).fetchone()
     if not (staged and staged[0]):
         con.execute(f"ALTER TABLE events RENAME TO {STAGING_TABLE}")
-        con.execute(_events_ddl())
+        con.execute(events_ddl())
     from tracekit.categories import install
 
     install(con)  # tk_op_name names inferred stages

@@ -433,7 +433,7 @@ LEFT JOIN _op_names o ON o.launch_op = l.launch_op;
 -- write again (0.1 s of a 1 s build of a 75k-event trace). Only here: each commit that
 -- checkpoints costs a few ms, and the small writes around this one go to the WAL.
 -- What the derivation no longer needs goes first: the write's join and checkpoint run
--- within the build's memory limit (0.45x the file for Kineto) beside what is still held.
+-- within the build's memory limit (0.6x the file for Kineto) beside what is still held.
 DROP TABLE _starts; DROP TABLE _nest; DROP TABLE _children; DROP TABLE _launch;
 DROP TABLE _host_attr; DROP TABLE _host;
 SET checkpoint_threshold = '0b';
@@ -441,11 +441,9 @@ INSERT INTO events
 SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,
        e.device, e.stream, e.correlation, e.external_id, e.args,
        CASE WHEN d.depth IS NOT NULL THEN d.link END, d.depth, d.self_ns,
-       CASE WHEN d.depth IS NULL THEN d.link END, d.stage, d.request_id,
-       -- (the names as one list, read by position: a second join here made the planner
-       -- build a hash table of the wide rows, and a 1e6-event Kineto build ran out of memory)
-       (SELECT list(launch_op ORDER BY op_id) FROM _op_names)[d.op_id]
-FROM _events_raw e LEFT JOIN _derived d USING (event_id);
+       CASE WHEN d.depth IS NULL THEN d.link END, d.stage, d.request_id, o.launch_op
+FROM _events_raw e LEFT JOIN _derived d USING (event_id)
+LEFT JOIN _op_names o ON o.op_id = d.op_id;
 RESET checkpoint_threshold;
 
 DROP TABLE _events_raw;

@@ -350,7 +350,7 @@ def _check_columns(con: duckdb.DuckDBPyConnection, path: Path, events: str,
                    catalog: str | None = None) -> None:  # fmt: skip
     from tracekit.store.build import older_events_problem
 
-    why = older_events_problem(con, f"SELECT * FROM {events}")
+    why = older_events_problem(con, events)
     if why is not None:
         if catalog is None:
             con.close()
