@@ -7,13 +7,9 @@
 -- requests, a trace's whole span, are not counted), how many kernels and CPU ops it holds (diff
 -- and check pick, per figure, the view of a run that has them), and the GPU model names the
 -- trace records (traces.devices; '' when none).
-WITH iv AS (
-    SELECT {'trace_id': trace_id, 'device': coalesce(device, -1)} AS key, start_ns, end_ns
-    FROM events
-    WHERE kind IN ('kernel', 'memcpy', 'memset')
-), busy AS (  -- tk_union_ns: per device the length of the union of its intervals
-    SELECT key.trace_id AS trace_id, count(*) AS devices, sum(union_ns) AS busy_ns
-    FROM tk_union_ns('iv') GROUP BY 1
+WITH busy AS (  -- per device the length of the union of its intervals: its gpu_islands
+    SELECT trace_id, count(DISTINCT device) AS devices, sum(end_ns - start_ns) AS busy_ns
+    FROM gpu_islands GROUP BY trace_id
 ), req AS (
     SELECT trace_id, count(*) AS requests, sum(dur_ns) AS request_ns
     FROM requests WHERE source <> 'window' GROUP BY trace_id

@@ -3,8 +3,8 @@
 -- param: $trace_id INTEGER trace to measure
 -- default: $trace_id 1
 -- Per device (tk_gpu_activity: kernels, memcpys, memsets; device -1 when the trace names none):
--- busy = length of the union of its activity intervals (tk_union_ns: streams overlap, never a
--- plain sum), window = the trace's span, utilization = busy / window. activity_ms = plain sum
+-- busy = length of the union of its activity intervals (the sum of its gpu_islands: streams
+-- overlap, never a plain sum), window = the trace's span, utilization = busy / window. activity_ms = plain sum
 -- of activity durations, split by category in by_category_json (each activity in exactly one
 -- category, so its values add up to activity_ms). communication_ms = union of the device's
 -- communication kernels; exposed_communication_ms = the part of it with no other kernel
@@ -13,10 +13,11 @@ WITH a AS (
     FROM tk_gpu_activity($trace_id)
 ), comm_devices AS (  -- exposed communication needs the two kernel unions only on these
     SELECT DISTINCT device FROM a WHERE kind = 'kernel' AND category = 'communication'
+), busy AS (
+    SELECT device, sum(end_ns - start_ns) AS busy_ns FROM gpu_islands
+    WHERE trace_id = $trace_id GROUP BY device
 ), iv AS (
-    SELECT {'device': device, 'set': 'busy'} AS key, start_ns, end_ns FROM a
-    UNION ALL
-    SELECT {'device': device, 'set': 'comm'}, start_ns, end_ns FROM a
+    SELECT {'device': device, 'set': 'comm'} AS key, start_ns, end_ns FROM a
     WHERE kind = 'kernel' AND category = 'communication'
     UNION ALL
     SELECT {'device': device, 'set': 'kernels'}, start_ns, end_ns FROM a
@@ -27,7 +28,6 @@ WITH a AS (
       AND device IN (SELECT device FROM comm_devices)
 ), u AS (
     SELECT key.device AS device,
-           sum(union_ns) FILTER (WHERE key.set = 'busy') AS busy_ns,
            sum(union_ns) FILTER (WHERE key.set = 'comm') AS comm_ns,
            sum(union_ns) FILTER (WHERE key.set = 'kernels') AS kernels_ns,
            sum(union_ns) FILTER (WHERE key.set = 'compute') AS compute_ns
@@ -50,14 +50,15 @@ SELECT $trace_id::INTEGER AS trace_id, d.device,
        coalesce(n.device_name, CASE WHEN d.device >= 0 THEN 'GPU ' || d.device
                                     ELSE 'GPU (unnamed)' END) AS device_name,
        d.streams, d.kernels, d.activities,
-       coalesce(u.busy_ns, 0) / 1e6 AS busy_ms, t.duration_ns / 1e6 AS window_ms,
-       coalesce(u.busy_ns, 0) / nullif(t.duration_ns, 0) AS utilization,
+       coalesce(b.busy_ns, 0) / 1e6 AS busy_ms, t.duration_ns / 1e6 AS window_ms,
+       coalesce(b.busy_ns, 0) / nullif(t.duration_ns, 0) AS utilization,
        d.activity_ns / 1e6 AS activity_ms, d.kernel_ns / 1e6 AS kernel_ms,
        coalesce(u.comm_ns, 0) / 1e6 AS communication_ms,
        (coalesce(u.kernels_ns, 0) - coalesce(u.compute_ns, 0)) / 1e6 AS exposed_communication_ms,
        c.by_category_json
 FROM d
 JOIN traces t ON t.trace_id = $trace_id
+LEFT JOIN busy b USING (device)
 LEFT JOIN u USING (device)
 LEFT JOIN cats c USING (device)
 LEFT JOIN tk_device_names($trace_id) n USING (device)

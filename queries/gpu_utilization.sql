@@ -5,15 +5,19 @@
 -- GPU busy/idle inside host windows: the whole trace span, each stage (its range instances,
 -- summed) and each request. Per device, busy = length of the union of its GPU intervals
 -- (kernel, memcpy, memset; all its streams together, so overlapping streams are never counted
--- twice: tk_busy_upto at the window's ends) clipped to the window, whoever launched them.
+-- twice: its gpu_islands, read by tk_busy_upto_islands at the window's ends) clipped to the
+-- window, whoever launched them.
 -- Over several devices the figures are device-time: busy_ms = the sum of the devices' busy times, window_ms = window x
 -- devices (the devices with any activity in the trace), utilization = busy / that; idle =
 -- window - busy. One device: the plain window. The same definition as gpu_devices and diff.
-WITH iv AS (
-    SELECT coalesce(device, -1) AS key, start_ns, end_ns FROM events
+WITH isl AS (
+    SELECT device AS key, island, start_ns, end_ns, busy_before_ns FROM gpu_islands
+    WHERE trace_id = $trace_id
+), devices AS (
+    SELECT DISTINCT coalesce(device, -1) AS key FROM events
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
 ), ndev AS (
-    SELECT greatest(count(DISTINCT key), 1) AS n FROM iv
+    SELECT greatest(count(*), 1) AS n FROM devices
 ), windows AS (
     SELECT 'trace' AS scope, 0 AS scope_order, 'trace' AS name, NULL::BIGINT AS request_id,
            0 AS wid, start_ns AS w0, start_ns + duration_ns AS w1, 0::BIGINT AS first_ns
@@ -25,16 +29,16 @@ WITH iv AS (
     SELECT 'request', 2, request_id::VARCHAR, request_id, request_id, start_ns, end_ns, start_ns
     FROM requests WHERE trace_id = $trace_id
 ), ends AS (  -- both ends of every window on every device
-    SELECT w.scope, w.wid, d.key, -1 AS sign, w.w0 AS t
-    FROM windows w CROSS JOIN (SELECT DISTINCT key FROM iv) d
+    SELECT w.scope, w.scope_order, w.wid, d.key, -1 AS sign, w.w0 AS t
+    FROM windows w CROSS JOIN devices d
     UNION ALL
-    SELECT w.scope, w.wid, d.key, 1, w.w1
-    FROM windows w CROSS JOIN (SELECT DISTINCT key FROM iv) d
-), points AS (
-    SELECT *, row_number() OVER (ORDER BY scope, wid, key, sign) AS point_id FROM ends
+    SELECT w.scope, w.scope_order, w.wid, d.key, 1, w.w1
+    FROM windows w CROSS JOIN devices d
+), points AS (  -- a unique id per key from what the point is (a row number would sort them)
+    SELECT *, (wid * 3 + scope_order) * 2 + (sign + 1) // 2 AS point_id FROM ends
 ), busy AS (  -- per window: busy up to its end minus busy up to its start, over devices
     SELECT p.scope, p.wid, sum(p.sign * b.busy_ns) AS ns
-    FROM points p JOIN tk_busy_upto('iv', 'points') b USING (key, point_id)
+    FROM points p JOIN tk_busy_upto_islands('isl', 'points') b USING (key, point_id)
     GROUP BY p.scope, p.wid
 ), per_window AS (
     SELECT w.*, (w.w1 - w.w0) * ndev.n AS window_ns, coalesce(b.ns, 0) AS busy_ns

@@ -4,27 +4,33 @@
 -- param: $limit INTEGER gaps to return
 -- default: $trace_id 1
 -- default: $limit 10
--- Gaps between the merged GPU islands (every device and stream together) from the first GPU
--- activity to the last. What the host was doing: of the host events overlapping the gap
+-- Gaps between the GPU's busy islands (every device and stream together: each device's
+-- gpu_islands, merged) from the first GPU activity to the last; a zero-length activity is
+-- not busy and splits no gap. What the host was doing: of the host events overlapping the gap
 -- (tracekit stage/request ranges aside), the one covering the most of it, the deepest on a tie.
-WITH gpu AS (  -- ids and times only: names are joined for the $limit gaps kept
-    SELECT event_id, start_ns, end_ns,
-           max(end_ns) OVER (ORDER BY start_ns, end_ns, event_id
+WITH gpu AS (
+    SELECT start_ns, end_ns,
+           max(end_ns) OVER (ORDER BY start_ns, end_ns
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM events
-    WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
+    FROM gpu_islands WHERE trace_id = $trace_id
 ), gaps AS (
-    SELECT g.prev_end AS g0, g.start_ns AS g1, g.event_id AS after_id,
+    SELECT g.prev_end AS g0, g.start_ns AS g1,
            row_number() OVER (ORDER BY g.start_ns - g.prev_end DESC, g.start_ns) AS gap_no
     FROM gpu g WHERE g.prev_end IS NOT NULL AND g.start_ns > g.prev_end
-), top AS (
-    SELECT t.*, a.name AS after
-    FROM gaps t JOIN events a ON a.trace_id = $trace_id AND a.event_id = t.after_id
+), opening AS (  -- the GPU event that opens the next busy period (first by end, then id)
+    SELECT t.g0, t.g1, t.gap_no, a.name AS after,
+           row_number() OVER (PARTITION BY t.gap_no ORDER BY a.end_ns, a.event_id) AS r
+    FROM gaps t JOIN events a
+      ON a.trace_id = $trace_id AND a.kind IN ('kernel', 'memcpy', 'memset')
+     AND a.start_ns = t.g1 AND a.end_ns > a.start_ns
     WHERE t.gap_no <= $limit
+), top AS (
+    SELECT g0, g1, gap_no, after FROM opening WHERE r = 1
 ), before_ev AS (  -- the GPU event whose end closes the busy period (first by id on a tie)
     SELECT t.gap_no, arg_min(e.name, e.event_id) AS before
     FROM top t JOIN events e
       ON e.trace_id = $trace_id AND e.kind IN ('kernel', 'memcpy', 'memset') AND e.end_ns = t.g0
+     AND e.end_ns > e.start_ns
     GROUP BY t.gap_no
 ), host_hits AS (
     SELECT t.gap_no, e.name, e.kind, e.depth,

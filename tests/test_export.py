@@ -43,7 +43,7 @@ def test_export_parquet_matches_store(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"Wrote {out} (")
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["traces", "threads", "events", "stages", "requests", "attributes"]
+        ["traces", "threads", "events", "stages", "requests", "attributes", "gpu_islands"]
     )
     assert (out / "events" / "trace_id=1").is_dir()
     with tracekit.open(trace) as t:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -142,5 +143,27 @@ def test_store_or_export_of_an_older_schema_is_refused(store: Path, tmp_path: Pa
     con.execute(f"COPY (SELECT * EXCLUDE (launch_op) FROM '{events}') TO '{rewritten}'")
     con.close()
     rewritten.replace(events)
+    code, _, err = run("sql", str(export), "SELECT count(*) FROM events")
+    assert code == 2 and err.strip().splitlines() == [f"Error: {export}: {why}"], err
+
+
+def test_store_or_export_without_gpu_islands_is_refused(store: Path, tmp_path: Path):
+    """A store or export from before gpu_islands (schema 4) gets one line naming the missing
+    table and exit 2 (not "not a store tracekit wrote"), and is left as it was."""
+    old = tmp_path / "old.duckdb"
+    old.write_bytes(store.read_bytes())
+    con = duckdb.connect(str(old))
+    con.execute("DROP TABLE gpu_islands")
+    con.close()
+    before = old.read_bytes()
+    why = "an older tracekit wrote it (no gpu_islands table); ingest or export the trace again"
+    code, out, err = run("query", "gpu_utilization", str(old))
+    assert code == 2 and err.strip().splitlines() == [f"Error: {old}: {why}"], (out, err)
+    assert old.read_bytes() == before
+
+    export = tmp_path / "export"
+    code, _, err = run("export", str(store), "--parquet", str(export))
+    assert code == 0, err
+    shutil.rmtree(export / "gpu_islands")
     code, _, err = run("sql", str(export), "SELECT count(*) FROM events")
     assert code == 2 and err.strip().splitlines() == [f"Error: {export}: {why}"], err

@@ -47,7 +47,8 @@ def command(
     engine: str,
 ) -> None:
     """Run SQL (DuckDB's dialect) over traces, run folders, stores or Parquet export folders.
-    Tables: traces, threads, events, stages, requests, attributes (docs/schema.md)."""
+    Tables: traces, threads, events, stages, requests, attributes, gpu_islands
+    (docs/schema.md)."""
     from tracekit.atomic import atomic_output, check_output
     from tracekit.store.traceset import input_files, open_engine
 

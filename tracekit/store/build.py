@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -32,9 +32,12 @@ from tracekit.store.attributes import apply_attributes, sidecars_for
 from tracekit.store.derive import derive, events_ddl
 from tracekit.store.stages import StageRule, rules_digest
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
-TABLES = ("traces", "threads", "events", "stages", "requests", "attributes")
+TABLES = ("traces", "threads", "events", "stages", "requests", "attributes", "gpu_islands")
+# Tables added since the first version: a store or export without one is an older tracekit's
+# (refused in one line, see older_schema_problem), not something else.
+ADDED_TABLES = ("gpu_islands",)
 DUCKDB_MAGIC_OFFSET = 8
 
 
@@ -136,7 +139,9 @@ def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) ->
         "SELECT table_name, table_type FROM information_schema.tables WHERE table_catalog = $db",
         p,
     ).fetchall())  # fmt: skip
-    missing = [t for t in (*TABLES, "meta") if kinds.get(t) != "BASE TABLE"]
+    missing = [
+        t for t in (*TABLES, "meta") if kinds.get(t) != "BASE TABLE" and t not in ADDED_TABLES
+    ]
     if missing:
         return f"missing tables: {', '.join(missing)}"
     return None
@@ -147,16 +152,29 @@ def events_columns() -> list[str]:
     return re.findall(r"^\s+([a-z_]+)\s+[A-Z]", events_ddl(), flags=re.M)
 
 
-def older_events_problem(con: duckdb.DuckDBPyConnection, events: str) -> str | None:
-    """Why the events of a store or export (`events`: a table, or a subquery in parentheses)
-    are not this version's (None: they are): what an older tracekit wrote lacks the columns
-    added since."""
+def older_schema_problem(con: duckdb.DuckDBPyConnection, events: str,
+                         tables: Iterable[str]) -> str | None:  # fmt: skip
+    """Why a store or export is not this version's (None: it is): what an older tracekit
+    wrote lacks the events columns or the tables added since. `events`: a table, or a subquery
+    in parentheses; `tables`: the tables it holds."""
     have = {d[0] for d in con.execute(f"SELECT * FROM {events} LIMIT 0").description}
     lacking = [c for c in events_columns() if c not in have]
-    if lacking:
-        return (f"an older tracekit wrote it (events has no {', '.join(lacking)}); "
-                "ingest or export the trace again")  # fmt: skip
+    why = [f"events has no {', '.join(lacking)}"] if lacking else []
+    absent = [t for t in ADDED_TABLES if t not in set(tables)]
+    if absent:
+        why.append(f"no {', '.join(absent)} table")
+    if why:
+        return f"an older tracekit wrote it ({'; '.join(why)}); ingest or export the trace again"
     return None
+
+
+def older_store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> str | None:
+    """older_schema_problem for a store file open on `con` (attached as `catalog`)."""
+    db = catalog if catalog is not None else con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    tables = [r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = $db", {"db": db}
+    ).fetchall()]  # fmt: skip
+    return older_schema_problem(con, "events" if catalog is None else f"{catalog}.events", tables)
 
 
 def _truncated(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:

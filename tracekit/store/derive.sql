@@ -437,6 +437,17 @@ LEFT JOIN _op_names o ON o.launch_op = l.launch_op;
 DROP TABLE _starts; DROP TABLE _nest; DROP TABLE _children; DROP TABLE _launch;
 DROP TABLE _host_attr; DROP TABLE _host;
 SET checkpoint_threshold = '0b';
+-- Each device's busy islands (tk_islands) with the busy time before each: a running sum.
+CREATE OR REPLACE TEMP VIEW _gpu_iv AS
+SELECT coalesce(device, -1) AS key, start_ns, end_ns FROM _events_raw
+WHERE kind IN ('kernel', 'memcpy', 'memset');
+INSERT INTO gpu_islands
+SELECT 1, key, row_number() OVER w, start_ns, end_ns,
+       coalesce(sum(end_ns - start_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                0)
+FROM tk_islands('_gpu_iv')
+WINDOW w AS (PARTITION BY key ORDER BY start_ns);
+DROP VIEW _gpu_iv;
 INSERT INTO events
 SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,
        e.device, e.stream, e.correlation, e.external_id, e.args,

@@ -1,8 +1,8 @@
 """Parquet export folders (`tracekit export --parquet DIR`) as query sources.
 
 An export folder holds one subfolder per table of the store (traces, threads, events,
-stages, requests, attributes), each hive-partitioned by `trace_id`. DuckDB reads it through
-views over `read_parquet(..., hive_partitioning=true)`, so `tracekit sql`, `query` and
+stages, requests, attributes, gpu_islands), each hive-partitioned by `trace_id`. DuckDB reads
+it through views over `read_parquet(..., hive_partitioning=true)`, so `tracekit sql`, `query` and
 `report` take the folder like a trace or a store; Spark reads the same folders (spark.py).
 """
 
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracekit.store.build import TABLES
+from tracekit.store.build import ADDED_TABLES, TABLES
 
 
 def is_export_dir(path: Path) -> bool:
-    """A folder with a subfolder for every table of the store (what export_parquet writes)."""
-    return path.is_dir() and all((path / t).is_dir() for t in TABLES)
+    """A folder with a subfolder for every table of the store (what export_parquet writes;
+    an older tracekit's lacks the tables added since: traceset refuses it in one line)."""
+    return path.is_dir() and all((path / t).is_dir() for t in TABLES if t not in ADDED_TABLES)
 
 
 def export_table_path(root: str | Path, table: str) -> str:

@@ -1,4 +1,4 @@
--- tracekit normalized store, schema version 3.
+-- tracekit normalized store, schema version 4.
 -- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store/build.py when this changes:
 -- caches written under another version are rebuilt, never migrated in place.
 
@@ -89,4 +89,17 @@ CREATE TABLE IF NOT EXISTS attributes (
     event_id   BIGINT NOT NULL,       -- the stage/request range the attributes belong to
     key        VARCHAR NOT NULL,
     value      VARCHAR                -- JSON-encoded scalar
+);
+
+-- Each GPU device's busy periods, derived at ingest from its kernels, memcpys and memsets (all
+-- streams together): the maximal intervals in which at least one of them runs, so the sum of
+-- their lengths is the device's busy time, overlaps counted once. The GPU queries read busy
+-- time here instead of sorting every activity again.
+CREATE TABLE IF NOT EXISTS gpu_islands (
+    trace_id       INTEGER NOT NULL,
+    device         INTEGER NOT NULL,  -- events.device; -1 when the source names none
+    island         BIGINT NOT NULL,   -- 1-based, in start order per device
+    start_ns       BIGINT NOT NULL,
+    end_ns         BIGINT NOT NULL,
+    busy_before_ns BIGINT NOT NULL    -- the device's busy time before start_ns
 );

@@ -185,8 +185,8 @@ class TraceSet:
     """One or more ingested traces behind one DuckDB connection.
 
     `.con` is the DuckDB connection (tables: traces, threads, events, stages, requests,
-    attributes); `.sql(q)` returns a polars DataFrame; `.query(name, **params)` runs a named
-    query from queries/.
+    attributes, gpu_islands); `.sql(q)` returns a polars DataFrame; `.query(name, **params)`
+    runs a named query from queries/.
     """
 
     def __init__(
@@ -336,21 +336,14 @@ def open_traces(
 
 
 def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None = None) -> None:
-    from tracekit.store.build import store_problem
+    from tracekit.store.build import older_store_problem, store_problem
 
     why = store_problem(con, catalog)
     if why is not None:
         if catalog is None:
             con.close()
         raise StoreError(f"{path}: not a store tracekit wrote ({why}); nothing in it was run")
-    _check_columns(con, path, "events" if catalog is None else f"{catalog}.events", catalog)
-
-
-def _check_columns(con: duckdb.DuckDBPyConnection, path: Path, events: str,
-                   catalog: str | None = None) -> None:  # fmt: skip
-    from tracekit.store.build import older_events_problem
-
-    why = older_events_problem(con, events)
+    why = older_store_problem(con, catalog)
     if why is not None:
         if catalog is None:
             con.close()
@@ -390,8 +383,13 @@ def _attach_union(
 def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> dict[str, str]:
     """A SELECT per table of a store file (attached as `alias`) or of a Parquet export."""
     if is_export_dir(store):
-        tables = {t: duckdb_table_sql(store, t) for t in TABLES}
-        _check_columns(con, store, f"({tables['events']})", alias)
+        from tracekit.store.build import older_schema_problem
+
+        present = [t for t in TABLES if (store / t).is_dir()]
+        tables = {t: duckdb_table_sql(store, t) for t in present}
+        why = older_schema_problem(con, f"({tables['events']})", present)
+        if why is not None:
+            raise StoreError(f"{store}: {why}")
         return tables
     try:
         con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
