@@ -10,20 +10,20 @@
 -- (tracekit stage/request ranges aside), the one covering the most of it, the deepest on a tie.
 WITH gpu AS (
     SELECT start_ns, end_ns,
-           max(end_ns) OVER (ORDER BY start_ns, end_ns
+           max(end_ns) OVER (ORDER BY start_ns  -- (a tie's order changes no gap: tk_islands)
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
     FROM gpu_islands WHERE trace_id = $trace_id
-), gaps AS (
-    SELECT g.prev_end AS g0, g.start_ns AS g1,
-           row_number() OVER (ORDER BY g.start_ns - g.prev_end DESC, g.start_ns) AS gap_no
-    FROM gpu g WHERE g.prev_end IS NOT NULL AND g.start_ns > g.prev_end
+), gaps AS (  -- the $limit longest (a row number over every gap sorted them all)
+    SELECT prev_end AS g0, start_ns AS g1,
+           row_number() OVER (ORDER BY start_ns - prev_end DESC, start_ns) AS gap_no
+    FROM (FROM gpu WHERE prev_end IS NOT NULL AND start_ns > prev_end
+          ORDER BY start_ns - prev_end DESC, start_ns LIMIT $limit)
 ), opening AS (  -- the GPU event that opens the next busy period (first by end, then id)
     SELECT t.g0, t.g1, t.gap_no, a.name AS after,
            row_number() OVER (PARTITION BY t.gap_no ORDER BY a.end_ns, a.event_id) AS r
     FROM gaps t JOIN events a
       ON a.trace_id = $trace_id AND a.kind IN ('kernel', 'memcpy', 'memset')
      AND a.start_ns = t.g1 AND a.end_ns > a.start_ns
-    WHERE t.gap_no <= $limit
 ), top AS (
     SELECT g0, g1, gap_no, after FROM opening WHERE r = 1
 ), before_ev AS (  -- the GPU event whose end closes the busy period (first by id on a tie)
@@ -35,8 +35,10 @@ WITH gpu AS (
 ), host_hits AS (
     SELECT t.gap_no, e.name, e.kind, e.depth,
            least(e.end_ns, t.g1) - greatest(e.start_ns, t.g0) AS overlap
-    FROM top t JOIN events e
-      ON e.trace_id = $trace_id AND e.tid IS NOT NULL AND e.start_ns < t.g1 AND e.end_ns > t.g0
+    FROM top t JOIN events e  -- overlap > 0 as one condition: a loop over the few gaps, where
+      -- the two comparisons made a merge join that sorted every host event
+      ON e.trace_id = $trace_id AND e.tid IS NOT NULL
+     AND least(e.end_ns, t.g1) > greatest(e.start_ns, t.g0)
     WHERE e.kind NOT IN ('mark') AND NOT (e.kind = 'range' AND e.name LIKE 'tracekit:%')
 ), best AS (
     SELECT gap_no, arg_max(name, overlap * 1000 + depth) AS host_op,
@@ -45,7 +47,8 @@ WITH gpu AS (
     FROM host_hits GROUP BY gap_no
 ), stage_at AS (
     SELECT t.gap_no, arg_max(s.stage, s.start_ns) AS stage
-    FROM top t JOIN stages s ON s.trace_id = $trace_id AND s.start_ns <= t.g0 AND s.end_ns > t.g0
+    FROM top t JOIN stages s  -- (one condition, as above)
+      ON s.trace_id = $trace_id AND t.g0 BETWEEN s.start_ns AND s.end_ns - 1
     GROUP BY t.gap_no
 )
 SELECT $trace_id::INTEGER AS trace_id, t.gap_no AS rank, (t.g0 - tr.start_ns) / 1e6 AS gap_start_ms,

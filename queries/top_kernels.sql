@@ -44,10 +44,10 @@ WITH k AS (
     LEFT JOIN anc a7 ON a7.event_id = a6.parent_id
     LEFT JOIN anc a8 ON a8.event_id = a7.parent_id
 ), op_of_parent AS (
-    SELECT o.id, e.name AS op
+    SELECT o.id, tk_op_name(e.name) AS op  -- one op, not one per emit_nvtx call (op_id = N)
     FROM op_id_of_parent o JOIN events e ON e.trace_id = $trace_id AND e.event_id = o.op_id
 ), op_of_ext AS (
-    SELECT external_id, arg_min(name, event_id) AS op FROM events
+    SELECT external_id, tk_op_name(arg_min(name, event_id)) AS op FROM events
     WHERE trace_id = $trace_id AND kind = 'cpu_op' AND external_id IS NOT NULL
       AND external_id <> 0
     GROUP BY external_id

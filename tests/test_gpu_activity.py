@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -184,6 +184,31 @@ def test_launch_op_of_nsys_kernel_is_the_nvtx_range_around_its_launch(
         }
     assert n > 1000
     assert {k: got.get(k) for k in expected} == expected
+
+
+@pytest.mark.parametrize("trace", shared_params("nsys_2026_h100x2_torch_emit_nvtx*.sqlite"))
+def test_top_kernels_counts_emit_nvtx_ops_not_calls(trace: Path, copy_trace) -> None:
+    """top_kernels on an emit_nvtx trace: launched_by is the op that launched the kernel most
+    often (the innermost NVTX range around the launch, per-call suffixes cut, as the plain
+    sqlite3 pass finds it) and launch_ops counts ops, not calls (`aten::add, op_id = N`)."""
+    expected, _ = oracle_nsys_nvtx_ops(trace)
+    with tracekit.open(copy_trace(trace)) as ts:
+        kernels = ts.con.execute(
+            "SELECT start_ns, correlation, coalesce(stage, '(no stage)'), name FROM events "
+            "WHERE kind = 'kernel'"
+        ).fetchall()
+        rows = ts.query("top_kernels", limit=10**6).to_dicts()
+    ops: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for start, corr, stage, name in kernels:
+        if (start, corr) in expected:
+            ops[(stage, name)][expected[(start, corr)]] += 1
+    assert sum(r["launch_ops"] for r in rows) < len(kernels) / 10  # ops, not one per call
+    for r in rows:
+        named = ops[(r["stage"], r["name"])]
+        assert r["launch_ops"] == len(named), r
+        top = max(named.values(), default=0)
+        tied = sorted(op for op, n in named.items() if n == top)
+        assert r["launched_by"] == (tied[0] if tied else None), r
 
 
 @pytest.mark.parametrize("trace", shared_params("nsys_2026_h100x2_mfu_*.sqlite"))

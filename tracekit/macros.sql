@@ -13,11 +13,13 @@
 -- disjoint, maximal islands. Input columns: key (any type: a device, a (device, stream) struct,
 -- a stage ...), start_ns, end_ns. Empty intervals (end <= start) are ignored.
 -- One running window over the intervals, then one over the island starts (a second running
--- window over every interval doubled time and memory at 5e6 kernels).
+-- window over every interval doubled time and memory at 5e6 kernels). Ordered by start alone:
+-- of several intervals with one start, whichever comes first opens the island (the others
+-- then start before an earlier end), so the order among them changes no island and no gap.
 CREATE OR REPLACE TEMP MACRO tk_islands(intervals) AS TABLE
 WITH o AS (
     SELECT key, start_ns, end_ns,
-           max(end_ns) OVER (PARTITION BY key ORDER BY start_ns, end_ns
+           max(end_ns) OVER (PARTITION BY key ORDER BY start_ns
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
     FROM query_table(intervals) WHERE end_ns > start_ns
 ), last_end AS (
@@ -37,7 +39,7 @@ FROM starts s JOIN last_end l ON l.key IS NOT DISTINCT FROM s.key;
 CREATE OR REPLACE TEMP MACRO tk_union_ns(intervals) AS TABLE
 WITH o AS (
     SELECT key, start_ns, end_ns,
-           max(end_ns) OVER (PARTITION BY key ORDER BY start_ns, end_ns
+           max(end_ns) OVER (PARTITION BY key ORDER BY start_ns
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
     FROM query_table(intervals) WHERE end_ns > start_ns
 )

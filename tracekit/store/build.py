@@ -114,12 +114,19 @@ def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
     }
 
 
+def _database(con: duckdb.DuckDBPyConnection, catalog: str | None) -> str:
+    """The name of the database `catalog` names (None: the connection's own)."""
+    if catalog is not None:
+        return catalog
+    return str(con.execute("SELECT current_database()").fetchone()[0])  # type: ignore[index]
+
+
 def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> str | None:
     """Why the open database is not a store tracekit wrote (None: it looks like one).
 
     Reads only DuckDB's catalog, so nothing stored in the file (a view, a macro) runs before
     it passes: tracekit stores hold base tables only."""
-    db = catalog if catalog is not None else con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    db = _database(con, catalog)
     p = {"db": db}
     views = con.execute(
         "SELECT view_name FROM duckdb_views() WHERE database_name = $db AND NOT internal "
@@ -170,7 +177,7 @@ def older_schema_problem(con: duckdb.DuckDBPyConnection, events: str,
 
 def older_store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> str | None:
     """older_schema_problem for a store file open on `con` (attached as `catalog`)."""
-    db = catalog if catalog is not None else con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    db = _database(con, catalog)
     tables = [r[0] for r in con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_catalog = $db", {"db": db}
     ).fetchall()]  # fmt: skip
