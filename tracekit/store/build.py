@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -29,10 +29,10 @@ from tracekit.ingest.formats import TraceFormat
 from tracekit.progress import build_progress
 from tracekit.store import cache
 from tracekit.store.attributes import apply_attributes, sidecars_for
-from tracekit.store.derive import derive, events_ddl
+from tracekit.store.derive import derive, table_ddl
 from tracekit.store.stages import StageRule, rules_digest
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
 TABLES = ("traces", "threads", "events", "stages", "requests", "attributes", "gpu_islands")
 # Tables added since the first version: a store or export without one is an older tracekit's
@@ -154,20 +154,24 @@ def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) ->
     return None
 
 
-def events_columns() -> list[str]:
-    """The columns of schema.sql's events table, in order."""
-    return re.findall(r"^\s+([a-z_]+)\s+[A-Z]", events_ddl(), flags=re.M)
+def table_columns(table: str) -> list[str]:
+    """The columns of schema.sql's `table`, in order."""
+    return re.findall(r"^\s+([a-z_]+)\s+[A-Z]", table_ddl(table), flags=re.M)
 
 
-def older_schema_problem(con: duckdb.DuckDBPyConnection, events: str,
-                         tables: Iterable[str]) -> str | None:  # fmt: skip
+def older_schema_problem(con: duckdb.DuckDBPyConnection, relations: dict[str, str]) -> str | None:
     """Why a store or export is not this version's (None: it is): what an older tracekit
-    wrote lacks the events columns or the tables added since. `events`: a table, or a subquery
-    in parentheses; `tables`: the tables it holds."""
-    have = {d[0] for d in con.execute(f"SELECT * FROM {events} LIMIT 0").description}
-    lacking = [c for c in events_columns() if c not in have]
-    why = [f"events has no {', '.join(lacking)}"] if lacking else []
-    absent = [t for t in ADDED_TABLES if t not in set(tables)]
+    wrote lacks the tables or the columns added since. `relations`: each table it holds, as
+    a table name or a subquery in parentheses."""
+    why = []
+    for table in TABLES:
+        if table not in relations:
+            continue
+        have = {d[0] for d in con.execute(f"SELECT * FROM {relations[table]} LIMIT 0").description}
+        lacking = [c for c in table_columns(table) if c not in have]
+        if lacking:
+            why.append(f"{table} has no {', '.join(lacking)}")
+    absent = [t for t in ADDED_TABLES if t not in relations]
     if absent:
         why.append(f"no {', '.join(absent)} table")
     if why:
@@ -178,10 +182,11 @@ def older_schema_problem(con: duckdb.DuckDBPyConnection, events: str,
 def older_store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> str | None:
     """older_schema_problem for a store file open on `con` (attached as `catalog`)."""
     db = _database(con, catalog)
-    tables = [r[0] for r in con.execute(
+    held = {r[0] for r in con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_catalog = $db", {"db": db}
-    ).fetchall()]  # fmt: skip
-    return older_schema_problem(con, "events" if catalog is None else f"{catalog}.events", tables)
+    ).fetchall()}  # fmt: skip
+    prefix = "" if catalog is None else f"{catalog}."
+    return older_schema_problem(con, {t: prefix + t for t in TABLES if t in held})
 
 
 def _truncated(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:

@@ -12,12 +12,17 @@ from tracekit.progress import NO_PROGRESS, Progress
 from tracekit.store.stages import StageRule, split_depth
 
 
+def table_ddl(table: str) -> str:
+    """schema.sql's CREATE TABLE statement for `table`."""
+    schema = files("tracekit.store").joinpath("schema.sql").read_text()
+    match = re.search(rf"CREATE TABLE IF NOT EXISTS {table} \(.*?\n\);", schema, re.S)
+    assert match, f"schema.sql lost its {table} table"  # a packaging bug, not user input
+    return match.group(0)
+
+
 def events_ddl() -> str:
     """schema.sql's CREATE TABLE statement for `events`."""
-    schema = files("tracekit.store").joinpath("schema.sql").read_text()
-    match = re.search(r"CREATE TABLE IF NOT EXISTS events \(.*?\n\);", schema, re.S)
-    assert match, "schema.sql lost its events table"  # a packaging bug, not user input
-    return match.group(0)
+    return table_ddl("events")
 
 
 def derive_steps() -> list[tuple[str, str]]:

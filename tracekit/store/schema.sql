@@ -1,4 +1,4 @@
--- tracekit normalized store, schema version 4.
+-- tracekit normalized store, schema version 5.
 -- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store/build.py when this changes:
 -- caches written under another version are rebuilt, never migrated in place.
 
@@ -69,7 +69,9 @@ CREATE TABLE IF NOT EXISTS stages (
     event_id   BIGINT NOT NULL,       -- the range event that defines the stage
     pid        BIGINT,
     tid        BIGINT,
-    source     VARCHAR                -- 'annotated' | 'rule' | 'inferred:<modules|ranges|ops> depth N'
+    source     VARCHAR,               -- 'annotated' | 'rule' | 'inferred:<modules|ranges|ops> depth N'
+    parent_stage VARCHAR              -- derived: the stage of the innermost range of another stage
+                                      -- on the same thread that contains this one (NULL: none)
 );
 
 CREATE TABLE IF NOT EXISTS requests (

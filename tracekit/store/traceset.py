@@ -385,9 +385,8 @@ def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> d
     if is_export_dir(store):
         from tracekit.store.build import older_schema_problem
 
-        present = [t for t in TABLES if (store / t).is_dir()]
-        tables = {t: duckdb_table_sql(store, t) for t in present}
-        why = older_schema_problem(con, f"({tables['events']})", present)
+        tables = {t: duckdb_table_sql(store, t) for t in TABLES if (store / t).is_dir()}
+        why = older_schema_problem(con, {t: f"({sql})" for t, sql in tables.items()})
         if why is not None:
             raise StoreError(f"{store}: {why}")
         return tables
