@@ -11,9 +11,10 @@
 WITH span AS (
     SELECT start_ns AS t0, greatest(duration_ns, 1) / $bins::DOUBLE AS w
     FROM traces WHERE trace_id = $trace_id
-), edges AS (  -- bin k runs from edge k to edge k + 1
-    SELECT k, CAST(round(s.t0 + k * s.w) AS BIGINT) AS b0,
-           CAST(round(s.t0 + (k + 1) * s.w) AS BIGINT) AS b1
+), edges AS (  -- bin k runs from edge k to edge k + 1 (offsets from t0 in doubles: an
+               -- epoch-scale t0 would lose up to 256 ns)
+    SELECT k, s.t0 + CAST(round(k * s.w) AS BIGINT) AS b0,
+           s.t0 + CAST(round((k + 1) * s.w) AS BIGINT) AS b1
     FROM (SELECT unnest(range(0, $bins)) AS k) CROSS JOIN span s
 ), devices AS (
     SELECT DISTINCT coalesce(device, -1) AS device FROM events

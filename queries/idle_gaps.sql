@@ -17,7 +17,7 @@ WITH gpu AS (
     SELECT prev_end AS g0, start_ns AS g1,
            row_number() OVER (ORDER BY start_ns - prev_end DESC, start_ns) AS gap_no
     FROM (FROM gpu WHERE prev_end IS NOT NULL AND start_ns > prev_end
-          ORDER BY start_ns - prev_end DESC, start_ns LIMIT $limit)
+          ORDER BY start_ns - prev_end DESC, start_ns LIMIT greatest($limit, 0))
 ), opening AS (  -- the GPU event that opens the next busy period (first by end, then id)
     SELECT t.g0, t.g1, t.gap_no, a.name AS after,
            row_number() OVER (PARTITION BY t.gap_no ORDER BY a.end_ns, a.event_id) AS r
@@ -35,10 +35,10 @@ WITH gpu AS (
 ), host_hits AS (
     SELECT t.gap_no, e.name, e.kind, e.depth,
            least(e.end_ns, t.g1) - greatest(e.start_ns, t.g0) AS overlap
-    FROM top t JOIN events e  -- overlap > 0 as one condition: a loop over the few gaps, where
-      -- the two comparisons made a merge join that sorted every host event
+    FROM top t JOIN events e  -- start < g1 and end > g0 as one condition: a loop over the few
+      -- gaps, where the two comparisons made a merge join that sorted every host event
       ON e.trace_id = $trace_id AND e.tid IS NOT NULL
-     AND least(e.end_ns, t.g1) > greatest(e.start_ns, t.g0)
+     AND greatest(e.start_ns - t.g1, t.g0 - e.end_ns) < 0
     WHERE e.kind NOT IN ('mark') AND NOT (e.kind = 'range' AND e.name LIKE 'tracekit:%')
 ), best AS (
     SELECT gap_no, arg_max(name, overlap * 1000 + depth) AS host_op,

@@ -165,6 +165,23 @@ def test_engine_spark_refuses_what_is_not_an_export(tmp_path: Path) -> None:
     assert "not a Parquet export folder" in r.output or "--engine spark:" in r.output
 
 
+def test_engine_spark_refuses_an_older_export_in_one_line(
+    lake: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """An export from before gpu_islands gets the line DuckDB gives it, not Spark's missing
+    path (or, lacking a column, a query failing halfway)."""
+    old = tmp_path / "old"
+    shutil.copytree(lake[1], old)
+    shutil.rmtree(old / "gpu_islands")
+    r = CliRunner().invoke(main, ["query", "gpu_devices", str(old), "--engine", "spark"])
+    assert r.exit_code == 2
+    assert r.output.count("\n") == 1 and r.output.startswith("Error: ")
+    assert r.output.strip() in (
+        f"Error: {old}: an older tracekit wrote it (no gpu_islands table); ingest or export "
+        "the trace again",
+    ) or "--engine spark:" in r.output  # (without pyspark or Java: what is missing)
+
+
 # --- the transpiler (sqlglot only) ------------------------------------------------------
 
 

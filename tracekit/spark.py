@@ -22,10 +22,12 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import duckdb
+
 from tracekit.categories import CategoryRule, builtin_rules, user_rules
 from tracekit.errors import QueryError, TracekitError
 from tracekit.store.build import TABLES
-from tracekit.store.lake import export_table_path, is_export_dir
+from tracekit.store.lake import export_table_path, is_export_dir, older_export_problem
 
 if TYPE_CHECKING:
     import polars as pl
@@ -165,6 +167,11 @@ def open_spark(
                 f"{s}: not a Parquet export folder (--engine spark reads the folders "
                 "`tracekit export TRACES --parquet DIR` writes)"
             )
+        if "://" not in s:  # (DuckDB reads the Parquet schemas: no Spark job for it)
+            with duckdb.connect() as con:
+                why = older_export_problem(con, Path(s))
+            if why is not None:
+                raise TracekitError(f"{s}: {why}")
     if approx_percentiles is None:
         approx_percentiles = os.environ.get(PERCENTILES_ENV, "exact").lower() == "approx"
     if rules is None:

@@ -472,8 +472,8 @@ LEFT JOIN _op_names o ON o.launch_op = l.launch_op;
 -- within the build's memory limit (0.6x the file for Kineto) beside what is still held.
 DROP TABLE _starts; DROP TABLE _nest; DROP TABLE _children; DROP TABLE _launch;
 DROP TABLE _host_attr; DROP TABLE _host;
-SET checkpoint_threshold = '0b';
 -- Each device's busy islands (tk_islands) with the busy time before each: a running sum.
+-- (Before the threshold: its rows go to the WAL, and the events commit checkpoints both.)
 CREATE OR REPLACE TEMP VIEW _gpu_iv AS
 SELECT coalesce(device, -1) AS key, start_ns, end_ns FROM _events_raw
 WHERE kind IN ('kernel', 'memcpy', 'memset');
@@ -484,6 +484,7 @@ SELECT 1, key, row_number() OVER w, start_ns, end_ns,
 FROM tk_islands('_gpu_iv')
 WINDOW w AS (PARTITION BY key ORDER BY start_ns);
 DROP VIEW _gpu_iv;
+SET checkpoint_threshold = '0b';
 INSERT INTO events
 SELECT e.trace_id, e.event_id, e.kind, e.name, e.start_ns, e.end_ns, e.dur_ns, e.pid, e.tid,
        e.device, e.stream, e.correlation, e.external_id, e.args,

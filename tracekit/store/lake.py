@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracekit.store.build import ADDED_TABLES, TABLES
+import duckdb
+
+from tracekit.store.build import ADDED_TABLES, TABLES, older_schema_problem
 
 
 def is_export_dir(path: Path) -> bool:
@@ -32,3 +34,13 @@ def duckdb_table_sql(root: Path, table: str) -> str:
         "SELECT CAST(trace_id AS INTEGER) AS trace_id, * EXCLUDE (trace_id) "
         f"FROM read_parquet('{pattern}', hive_partitioning = true)"
     )
+
+
+def export_tables(root: Path) -> dict[str, str]:
+    """A SELECT per table the export holds (an older export lacks the tables added since)."""
+    return {t: duckdb_table_sql(root, t) for t in TABLES if (root / t).is_dir()}
+
+
+def older_export_problem(con: duckdb.DuckDBPyConnection, root: Path) -> str | None:
+    """older_schema_problem for an export folder: what an older tracekit wrote lacks."""
+    return older_schema_problem(con, {t: f"({sql})" for t, sql in export_tables(root).items()})

@@ -26,7 +26,7 @@ from tracekit.store.build import (
     ensure_trace_store,
     is_duckdb_file,
 )
-from tracekit.store.lake import duckdb_table_sql, is_export_dir
+from tracekit.store.lake import export_tables, is_export_dir, older_export_problem
 from tracekit.store.stages import StageRule, load_config_rules
 
 if TYPE_CHECKING:  # polars is imported when a result is returned: a store build never needs it
@@ -383,13 +383,10 @@ def _attach_union(
 def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> dict[str, str]:
     """A SELECT per table of a store file (attached as `alias`) or of a Parquet export."""
     if is_export_dir(store):
-        from tracekit.store.build import older_schema_problem
-
-        tables = {t: duckdb_table_sql(store, t) for t in TABLES if (store / t).is_dir()}
-        why = older_schema_problem(con, {t: f"({sql})" for t, sql in tables.items()})
+        why = older_export_problem(con, store)
         if why is not None:
             raise StoreError(f"{store}: {why}")
-        return tables
+        return export_tables(store)
     try:
         con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
     except duckdb.Error as e:
