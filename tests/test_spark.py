@@ -176,10 +176,14 @@ def test_engine_spark_refuses_an_older_export_in_one_line(
     r = CliRunner().invoke(main, ["query", "gpu_devices", str(old), "--engine", "spark"])
     assert r.exit_code == 2
     assert r.output.count("\n") == 1 and r.output.startswith("Error: ")
-    assert r.output.strip() in (
-        f"Error: {old}: an older tracekit wrote it (no gpu_islands table); ingest or export "
-        "the trace again",
-    ) or "--engine spark:" in r.output  # (without pyspark or Java: what is missing)
+    assert (
+        r.output.strip()
+        in (
+            f"Error: {old}: an older tracekit wrote it (no gpu_islands table); ingest or export "
+            "the trace again",
+        )
+        or "--engine spark:" in r.output
+    )  # (without pyspark or Java: what is missing)
 
 
 # --- the transpiler (sqlglot only) ------------------------------------------------------
