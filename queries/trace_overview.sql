@@ -13,7 +13,7 @@ SELECT t.trace_id, regexp_extract(t.path, '[^/\\]+$') AS file, t.format, t.tool_
        (SELECT count(*) FROM requests WHERE trace_id = t.trace_id) AS requests,
        (SELECT min(source) FROM requests WHERE trace_id = t.trace_id) AS request_source,
        (SELECT count(*) FROM stages WHERE trace_id = t.trace_id) AS stages,
-       (SELECT string_agg(stage, ', ' ORDER BY first) FROM (
+       (SELECT string_agg(stage, ', ' ORDER BY first, stage) FROM (
            SELECT stage, min(start_ns) AS first FROM stages WHERE trace_id = t.trace_id
            GROUP BY stage)) AS stage_names,
        (SELECT count(*) FROM events WHERE trace_id = t.trace_id AND kind = 'kernel') AS kernels,
