@@ -2,10 +2,10 @@
 -- returns: one row per (trace_id, device) plus one per trace for all devices: trace_id, device (NULL: all devices), devices, span_ms, busy_ms, utilization
 -- GPU busy time per device over every trace at once: the length of the union of that device's
 -- kernel, memcpy and memset intervals (the sum of its gpu_islands: its streams overlap, never
--- a plain sum), over the trace's span (traces.duration_ns); utilization = busy / span. The row with device
--- NULL sums the devices (device-time, as gpu_utilization and gpu_devices count it): busy_ms is
--- the sum of the device rows and span_ms the span times the devices, so its utilization is
--- the devices' mean. Device -1 collects GPU rows whose source names no device.
+-- a plain sum), over the trace's span (traces.duration_ns); utilization = busy / span. The
+-- row with device NULL sums the devices (device-time, as gpu_utilization and gpu_devices
+-- count it): busy_ms is the sum of the device rows and span_ms the span times the devices,
+-- so its utilization is the devices' mean. Device -1 collects GPU rows whose source names no device.
 WITH per_device AS (
     SELECT trace_id, device, sum(end_ns - start_ns) AS ns FROM gpu_islands GROUP BY ALL
 ), keyed AS (

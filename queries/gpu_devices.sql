@@ -4,9 +4,9 @@
 -- default: $trace_id 1
 -- Per device (tk_gpu_activity: kernels, memcpys, memsets; device -1 when the trace names none):
 -- busy = length of the union of its activity intervals (the sum of its gpu_islands: streams
--- overlap, never a plain sum), window = the trace's span, utilization = busy / window. activity_ms = plain sum
--- of activity durations, split by category in by_category_json (each activity in exactly one
--- category, so its values add up to activity_ms). communication_ms = union of the device's
+-- overlap, never a plain sum), window = the trace's span, utilization = busy / window.
+-- activity_ms = plain sum of activity durations, split by category in by_category_json (each
+-- activity in exactly one category, so its values add up to activity_ms). communication_ms = union of the device's
 -- communication kernels; exposed_communication_ms = the part of it with no other kernel
 -- running on that device (union of all its kernels minus union of its other kernels).
 WITH a AS (

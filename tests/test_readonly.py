@@ -115,14 +115,21 @@ def test_text_parameter_is_data(store: Path):
     assert events_in(store) == 3
 
 
-def test_store_or_export_of_an_older_schema_is_refused(store: Path, tmp_path: Path):
-    """A store (alone or beside another) or a Parquet export whose events lack a column this
-    version's queries read gets one line naming it and exit 2, and is left as it was."""
+def older_store(store: Path, tmp_path: Path, *statements: str) -> Path:
+    """A copy of `store` as an older tracekit would have left it: `statements` run on it."""
     old = tmp_path / "old.duckdb"
     old.write_bytes(store.read_bytes())
     con = duckdb.connect(str(old))
-    con.execute("ALTER TABLE events DROP COLUMN launch_op")
+    for statement in statements:
+        con.execute(statement)
     con.close()
+    return old
+
+
+def test_store_or_export_of_an_older_schema_is_refused(store: Path, tmp_path: Path):
+    """A store (alone or beside another) or a Parquet export whose events lack a column this
+    version's queries read gets one line naming it and exit 2, and is left as it was."""
+    old = older_store(store, tmp_path, "ALTER TABLE events DROP COLUMN launch_op")
     before = old.read_bytes()
     why = "an older tracekit wrote it (events has no launch_op); ingest or export the trace again"
     for args in (
@@ -148,13 +155,9 @@ def test_store_or_export_of_an_older_schema_is_refused(store: Path, tmp_path: Pa
 
 
 def test_store_or_export_without_gpu_islands_is_refused(store: Path, tmp_path: Path):
-    """A store or export from before gpu_islands (schema 4) gets one line naming the missing
+    """A store or export from before gpu_islands (schema 5) gets one line naming the missing
     table and exit 2 (not "not a store tracekit wrote"), and is left as it was."""
-    old = tmp_path / "old.duckdb"
-    old.write_bytes(store.read_bytes())
-    con = duckdb.connect(str(old))
-    con.execute("DROP TABLE gpu_islands")
-    con.close()
+    old = older_store(store, tmp_path, "DROP TABLE gpu_islands")
     before = old.read_bytes()
     why = "an older tracekit wrote it (no gpu_islands table); ingest or export the trace again"
     code, out, err = run("query", "gpu_utilization", str(old))
@@ -172,20 +175,19 @@ def test_store_or_export_without_gpu_islands_is_refused(store: Path, tmp_path: P
 def test_store_of_schema_4_is_refused_naming_both_gaps(store: Path, tmp_path: Path):
     """What schema 4 wrote (no stages.parent_stage) and what 2 wrote (nor gpu_islands, nor
     events.launch_op) are named in one line, every gap at once."""
-    old = tmp_path / "old.duckdb"
-    old.write_bytes(store.read_bytes())
-    con = duckdb.connect(str(old))
-    con.execute("ALTER TABLE stages DROP COLUMN parent_stage")
-    con.close()
+    old = older_store(store, tmp_path, "ALTER TABLE stages DROP COLUMN parent_stage")
     code, _, err = run("query", "stage_summary", str(old))
     assert code == 2 and err.strip().splitlines() == [
         f"Error: {old}: an older tracekit wrote it (stages has no parent_stage); "
         "ingest or export the trace again"
     ], err
-    con = duckdb.connect(str(old))
-    con.execute("DROP TABLE gpu_islands")
-    con.execute("ALTER TABLE events DROP COLUMN launch_op")
-    con.close()
+    (tmp_path / "older").mkdir()
+    old = older_store(
+        old,
+        tmp_path / "older",
+        "DROP TABLE gpu_islands",
+        "ALTER TABLE events DROP COLUMN launch_op",
+    )
     code, _, err = run("report", str(old), "-o", str(tmp_path / "r.html"))
     assert code == 2 and err.strip().splitlines() == [
         f"Error: {old}: an older tracekit wrote it (events has no launch_op; stages has no "

@@ -50,6 +50,17 @@ SELECT key,
        min(start_ns) AS first_ns, max(end_ns) AS last_ns, count(*) AS n
 FROM o GROUP BY key;
 
+-- tk_busy_islands(intervals) -> (key, island, start_ns, end_ns, busy_before_ns): tk_islands
+-- numbered 1.. in start order per key, each with the length of the key's earlier islands
+-- (disjoint: a running sum). What gpu_islands stores per device, and tk_busy_upto_islands
+-- reads.
+CREATE OR REPLACE TEMP MACRO tk_busy_islands(intervals) AS TABLE
+SELECT key, row_number() OVER w AS island, start_ns, end_ns,
+       coalesce(sum(end_ns - start_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                0) AS busy_before_ns
+FROM tk_islands(intervals)
+WINDOW w AS (PARTITION BY key ORDER BY start_ns);
+
 -- tk_busy_upto_islands(islands, points) -> (key, point_id, busy_ns): tk_busy_upto over
 -- islands made already, e.g. the stored ones of a device (gpu_islands: device AS key).
 -- Islands: key, island (1-based in start order per key), start_ns, end_ns, busy_before_ns.
@@ -84,13 +95,8 @@ FROM counted p LEFT JOIN query_table(islands) c
 -- overlaps counted once. Intervals as for tk_islands; tk_busy_upto_islands (above) does the
 -- rest.
 CREATE OR REPLACE TEMP MACRO tk_busy_upto(intervals, points) AS TABLE
-WITH cum AS (  -- islands are disjoint: busy time before each one is a running sum
-    SELECT key, row_number() OVER (PARTITION BY key ORDER BY start_ns) AS island, start_ns,
-           end_ns,
-           sum(end_ns - start_ns) OVER (PARTITION BY key ORDER BY start_ns
-                                        ROWS UNBOUNDED PRECEDING) - (end_ns - start_ns)
-               AS busy_before_ns
-    FROM tk_islands(intervals)
+WITH cum AS (
+    FROM tk_busy_islands(intervals)
 )
 SELECT * FROM tk_busy_upto_islands('cum', points);
 

@@ -162,16 +162,17 @@ def open_spark(
         paths = [paths]
     sources = [str(p) for p in paths]
     for s in sources:
-        if "://" not in s and not is_export_dir(Path(s)):
+        if "://" in s:
+            continue
+        if not is_export_dir(Path(s)):
             raise TracekitError(
                 f"{s}: not a Parquet export folder (--engine spark reads the folders "
                 "`tracekit export TRACES --parquet DIR` writes)"
             )
-        if "://" not in s:  # (DuckDB reads the Parquet schemas: no Spark job for it)
-            with duckdb.connect() as con:
-                why = older_export_problem(con, Path(s))
-            if why is not None:
-                raise TracekitError(f"{s}: {why}")
+        with duckdb.connect() as con:  # (DuckDB reads the Parquet schemas: no Spark job)
+            why = older_export_problem(con, Path(s))
+        if why is not None:
+            raise TracekitError(f"{s}: {why}")
     if approx_percentiles is None:
         approx_percentiles = os.environ.get(PERCENTILES_ENV, "exact").lower() == "approx"
     if rules is None:

@@ -472,17 +472,13 @@ LEFT JOIN _op_names o ON o.launch_op = l.launch_op;
 -- within the build's memory limit (0.6x the file for Kineto) beside what is still held.
 DROP TABLE _starts; DROP TABLE _nest; DROP TABLE _children; DROP TABLE _launch;
 DROP TABLE _host_attr; DROP TABLE _host;
--- Each device's busy islands (tk_islands) with the busy time before each: a running sum.
+-- Each device's busy islands with the busy time before each (tk_busy_islands).
 -- (Before the threshold: its rows go to the WAL, and the events commit checkpoints both.)
 CREATE OR REPLACE TEMP VIEW _gpu_iv AS
 SELECT coalesce(device, -1) AS key, start_ns, end_ns FROM _events_raw
 WHERE kind IN ('kernel', 'memcpy', 'memset');
 INSERT INTO gpu_islands
-SELECT 1, key, row_number() OVER w, start_ns, end_ns,
-       coalesce(sum(end_ns - start_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                0)
-FROM tk_islands('_gpu_iv')
-WINDOW w AS (PARTITION BY key ORDER BY start_ns);
+SELECT 1, key, island, start_ns, end_ns, busy_before_ns FROM tk_busy_islands('_gpu_iv');
 DROP VIEW _gpu_iv;
 SET checkpoint_threshold = '0b';
 INSERT INTO events
