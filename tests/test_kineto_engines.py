@@ -280,6 +280,35 @@ def test_engines_agree_in_small_chunks(chunk_bytes: int, gz: bool, tmp_path: Pat
             _assert_same(src, monkeypatch)
 
 
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+def test_an_array_shorter_than_a_chunk_is_cut_even(
+    gz: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last (here the only) chunk is cut into one even part per DuckDB thread, not into
+    a full-size part and the rest (two threads: two halves), and the rows are still the
+    Python mapper's."""
+    _python_mapper_not_used(monkeypatch)
+    parts: list[int] = []
+    real_write = kineto.write_part
+
+    def write_part(src: object, out: Path, start: int, end: int, close: bool) -> None:
+        parts.append(end - start)
+        real_write(src, out, start, end, close)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kineto, "write_part", write_part)
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i,
+               "dur": 1, "args": {"External id": i}} for i in range(3000)]  # fmt: skip
+    text = json.dumps({"traceEvents": events})
+    path = tmp_path / ("even.json.gz" if gz else "even.json")
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    _assert_same(path, monkeypatch)
+    threads = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()
+    n_parts = min(int(threads[0]), kineto._MAX_PARTS) if threads else 1
+    assert len(parts) == n_parts, parts  # (the Python mapper writes no parts)
+    array = len(text) - len('{"traceEvents": []}')
+    assert all(abs(n - array / n_parts) < 0.1 * array for n in parts), (parts, array)
+
+
 def test_gzip_scratch_holds_a_window_not_the_document(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
