@@ -8,9 +8,12 @@
 -- derive.py runs it step by step, at the `-- @step <what>` lines (the progress line names them).
 
 -- @step nesting
--- 1. Nesting. A sweep over start (+1) and end (-1) points per thread: the running sum at a start
--- point is the depth + 1. Ties: ends before starts; longer events start first; inner events end
--- first; zero-length events end right after they start.
+-- 1. Nesting. A sweep over start and end points per thread, in order: at a start point, the
+-- starts so far less the ends so far is the depth + 1. Ties: ends before starts; longer events
+-- start first; inner events end first; zero-length events end right after they start.
+-- (The starts so far are the start's rank among starts, whose order is the sweep's: with the
+-- point's position `seq`, starts - ends = 2 * starts - seq. A running sum over the sweep
+-- cost 0.08 s for 131k points; the two row numbers 0.033 s.)
 CREATE OR REPLACE TEMP TABLE _host AS
 SELECT event_id, coalesce(pid, -1) AS pid, tid, start_ns, end_ns, dur_ns
 FROM _events_raw
@@ -18,20 +21,21 @@ WHERE tid IS NOT NULL AND kind NOT IN ('kernel', 'memcpy', 'memset', 'gpu_range'
 
 CREATE OR REPLACE TEMP TABLE _starts AS
 WITH points AS (
-    SELECT event_id, pid, tid, start_ns AS t, 1 AS grp, -dur_ns AS k1, event_id AS k2, 1 AS delta
+    SELECT event_id, pid, tid, start_ns AS t, 1 AS grp, -dur_ns AS k1, event_id AS k2,
+           row_number() OVER (PARTITION BY pid, tid ORDER BY start_ns, -dur_ns, event_id)
+               AS starts
     FROM _host
     UNION ALL
     SELECT event_id, pid, tid, end_ns, CASE WHEN dur_ns = 0 THEN 2 ELSE 0 END, -start_ns,
-           -event_id, -1
+           -event_id, NULL
     FROM _host
 ), swept AS (
-    SELECT event_id, pid, tid, delta,
-           row_number() OVER w AS seq,
-           sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS running
+    SELECT event_id, pid, tid, starts, row_number() OVER w AS seq
     FROM points
     WINDOW w AS (PARTITION BY pid, tid ORDER BY t, grp, k1, k2)
 )
-SELECT event_id, pid, tid, seq, (running - 1)::INTEGER AS depth FROM swept WHERE delta = 1;
+SELECT event_id, pid, tid, seq, (2 * starts - seq - 1)::INTEGER AS depth FROM swept
+WHERE starts IS NOT NULL;
 
 CREATE OR REPLACE TEMP TABLE _nest AS
 SELECT c.event_id, c.depth, p.event_id AS parent_id
