@@ -9,6 +9,7 @@ tests hold to its rules, so this keeps the fast path to them too.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 from pathlib import Path
@@ -17,6 +18,7 @@ import duckdb
 import pytest
 
 from tests.conftest import REPO, shared_params, shared_traces
+from tracekit.errors import TraceFormatError
 from tracekit.ingest import json_scan, kineto
 from tracekit.store.build import create_schema
 from tracekit.store.derive import derive
@@ -307,6 +309,40 @@ def test_an_array_shorter_than_a_chunk_is_cut_even(
     assert len(parts) == n_parts, parts  # (the Python mapper writes no parts)
     array = len(text) - len('{"traceEvents": []}')
     assert all(abs(n - array / n_parts) < 0.1 * array for n in parts), (parts, array)
+
+
+HEADS = [
+    b'{"traceEvents": [{"a": 1}]}',
+    b'{"schemaVersion": 1, "deviceProperties": [{"x": "}, ["}], "traceEvents": [ {}]}',
+    b'{"a": "\\"traceEvents\\": [", "traceEvents": []}',  # the key inside a string first
+    b'{"a": {"traceEvents": [1]}, "traceEvents": []}',  # nested first: left to the scanner
+    b'[{"ph": "X"}]',  # a root array
+    b'  {\n "traceEvents"  :\n [',  # the array not closed within the head
+    b'{"x": NaN, "traceEvents": []}',
+    b'\xef\xbb\xbf{"traceEvents": []}',
+    b'{"traceEvents": 5}',
+    b'{"traceEvents": {"x": []}, "traceEvents": []}',
+]
+
+
+def test_the_head_shortcut_agrees_with_the_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the shortcut (no bracket scanner, no numpy) finds the events array's '[', the
+    scanner finds the same one; everywhere else the scanner decides. Real traces take the
+    shortcut."""
+    n = json_scan._FIRST_HEAD_BYTES
+    files = [*shared_traces("kineto_*.json*"), REPO / "sample_traces/torch.pt.trace.json"]
+    real = [gzip.open(p).read(n) if p.suffix == ".gz" else p.read_bytes()[:n] for p in files]
+    for head in [*HEADS, *real]:
+        fast = json_scan._events_start_by_keys(head)
+        with monkeypatch.context() as m:
+            m.setattr(json_scan, "_events_start_by_keys", lambda block: -1)
+            try:
+                _, scanned = json_scan._head(io.BytesIO(head), Path("head.json"))
+            except TraceFormatError:
+                scanned = None  # (traceEvents is not a list)
+        assert fast == -1 or fast == scanned, head[:80]
+    assert all(json_scan._events_start_by_keys(head) > 0 for head in real)
+    assert json_scan._events_start_by_keys(HEADS[2]) == HEADS[2].rindex(b"[")
 
 
 def test_gzip_scratch_holds_a_window_not_the_document(
