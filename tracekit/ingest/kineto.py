@@ -287,7 +287,7 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
     array's end (not known yet): when no cut is found there, it waits for more.
     """
     n_parts = min(max(_setting(con, "threads", 1), 1), _MAX_PARTS)
-    part_bytes = max(CHUNK_BYTES // n_parts, 1)  # (the last chunk's: _even_parts)
+    part_bytes = max(CHUNK_BYTES // n_parts, 1)  # (once the end is known: _even_parts)
     files = [Path(f"{part_prefix}.chunk{i}.json") for i in range(n_parts)]
     kept = bool(_setting(con, "preserve_insertion_order", True))
     restore = f"SET preserve_insertion_order = {kept}"
