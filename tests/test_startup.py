@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,41 @@ def test_a_query_on_a_built_store_imports_neither_polars_nor_numpy(tmp_path: Pat
     assert "polars" not in as_json["loaded"] and "numpy" not in as_json["loaded"]
     rows = json.loads(str(as_json["out"]))
     assert {r["kind"] for r in rows} >= {"cpu_op"}
+
+
+# A stand-in for pandas that notes who imported it: DuckDB's Python client imports pandas at
+# its first bound parameter (to ask whether the value is pandas.NaT), 0.3 s where installed.
+_FAKE_PANDAS = """
+import pathlib, traceback
+pathlib.Path({marker!r}).write_text("".join(traceback.format_stack()))
+raise ImportError("a stand-in: tracekit should not have imported pandas")
+"""
+
+
+def test_no_command_binds_a_value_that_makes_duckdb_import_pandas(tmp_path: Path) -> None:
+    fake = tmp_path / "site" / "pandas"
+    fake.mkdir(parents=True)
+    marker = tmp_path / "pandas-imported"
+    (fake / "__init__.py").write_text(_FAKE_PANDAS.format(marker=str(marker)))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"),
+           "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
+
+    def run(*args: str) -> None:
+        r = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                           timeout=300, env=env, cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert not marker.exists(), f"{args}: pandas imported from\n{marker.read_text()}"
+
+    # The probe sees DuckDB's import: one bound value is enough.
+    r = subprocess.run([sys.executable, "-c", "import duckdb; duckdb.connect().execute("
+                        "'SELECT $a', {'a': 1})"], env=env, capture_output=True)  # fmt: skip
+    assert r.returncode == 0 and marker.exists(), r.stderr
+    marker.unlink()
+
+    # A capture's run folder: both traces, and the attribute sidecars of its stages.
+    run_dir = tmp_path / "run"
+    shutil.copytree(SAMPLE_TRACES, run_dir)
+    run("-m", "tracekit", "ingest", str(run_dir), "--jobs", "1")
+    run("-m", "tracekit", "sql", str(run_dir), "SELECT count(*) FROM attributes")
+    run("-m", "tracekit", "report", str(run_dir), "--format", "md", "-o", "r.md")
+    assert (tmp_path / "r.md").read_text().count("## Trace ") == 2

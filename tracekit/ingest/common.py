@@ -9,6 +9,8 @@ from typing import Any
 
 import duckdb
 
+from tracekit.store.literals import execute, row_literal
+
 EVENT_KINDS = (
     "range",
     "gpu_range",
@@ -138,7 +140,8 @@ class EventWriter:
                 arrays[name] = pa.array([_utf8(v) for v in cols[name]], type=getattr(pa, t)())
         batch = pa.table(arrays)
         self.con.register("_tk_batch", batch)
-        self.con.execute(
+        execute(
+            self.con,
             f"""
             INSERT INTO {self.table} (trace_id, event_id, kind, name, start_ns, end_ns, dur_ns,
                                       pid, tid, device, stream, correlation, external_id, args)
@@ -170,11 +173,14 @@ def _utf8(value: Any) -> Any:
 def insert_many(
     con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple[Any, ...]]
 ) -> None:
-    """INSERT rows (all columns, in order) as one Arrow batch: DuckDB's executemany costs
-    milliseconds a row, so 200k thread labels took minutes; this is linear and fast."""
+    """INSERT rows (all columns, in order). Up to LITERAL_ROWS rows (thread names, labels,
+    a capture's attributes) go in as literal VALUES (tracekit.store.literals): no bound
+    Python value, and no pyarrow, whose import costs 0.07 s and whose arrays built from
+    Python lists import pandas where installed (0.3 s). More go as one Arrow batch
+    (executemany cost milliseconds a row: 200k thread labels took minutes)."""
     if not rows:
         return
-    if len(rows) > 16:
+    if len(rows) > LITERAL_ROWS:
         import pyarrow as pa
 
         try:
@@ -182,7 +188,7 @@ def insert_many(
                 {f"c{i}": pa.array([_utf8(r[i]) for r in rows]) for i in range(len(rows[0]))}
             )
         except (pa.ArrowException, ValueError, TypeError, OverflowError):
-            batch = None  # mixed types in a column: row by row below
+            batch = None  # mixed types in a column: as literals below
         if batch is not None:
             con.register("_tk_rows", batch)
             try:
@@ -190,8 +196,13 @@ def insert_many(
             finally:
                 con.unregister("_tk_rows")
             return
-    marks = ", ".join("?" * len(rows[0]))
-    con.executemany(f"INSERT INTO {table} VALUES ({marks})", [tuple(map(_utf8, r)) for r in rows])
+    for k in range(0, len(rows), LITERAL_ROWS):
+        values = ", ".join(row_literal([_utf8(v) for v in r]) for r in rows[k : k + LITERAL_ROWS])
+        con.execute(f"INSERT INTO {table} VALUES {values}")
+
+
+# Rows inserted as literals at most (0.05 s of parsing; Arrow's import alone is 0.07 s).
+LITERAL_ROWS = 2000
 
 
 @dataclass

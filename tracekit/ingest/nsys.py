@@ -35,6 +35,7 @@ from tracekit.ingest.nsys_source import (
     wal_mode,
 )
 from tracekit.progress import NO_PROGRESS, Progress
+from tracekit.store.literals import execute
 
 NEEDED_TABLES = (
     "StringIds",
@@ -180,7 +181,7 @@ def _detach(con: duckdb.DuckDBPyConnection, alias: str) -> None:
 
 def _discard(con: duckdb.DuckDBPyConnection, trace_id: int) -> None:
     _create_staging(con)
-    con.execute("DELETE FROM threads WHERE trace_id = ?", [trace_id])
+    execute(con, "DELETE FROM threads WHERE trace_id = $trace_id", {"trace_id": trace_id})
 
 
 def _trace_info(sq: Any, p: Probe) -> TraceInfo:
@@ -239,7 +240,8 @@ def _finish(
         w.append("no CUDA trace in this export (capture with `-t cuda` to see GPU work)")
     incomplete = extra["nvtx"].get("incomplete", 0)
     end = md["analysis"].get("duration"), md["analysis"].get("stopTime")
-    at_end = con.execute(
+    at_end = execute(
+        con,
         f"""SELECT count(*) FROM {STAGING_TABLE} WHERE trace_id = $trace_id AND kind = 'range'
            AND end_ns IN ($a, $b) AND (args->>'incomplete') IS NULL""",
         {**t, "a": end[0], "b": end[1]},
@@ -258,7 +260,8 @@ def _finish(
         )
     # An anti join of the two key columns only: NOT EXISTS over the whole rows took 3x as long
     # (2.6 s against 0.8 s at 5e6 kernels). NULL keys never match, as in NOT EXISTS.
-    orphans = con.execute(
+    orphans = execute(
+        con,
         f"""SELECT count(*) FROM (
                SELECT pid, correlation FROM {STAGING_TABLE}
                WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')) g
@@ -285,7 +288,8 @@ def _finish(
     if bad:
         w.append(f"nsys recorded capture diagnostics: {bad} (see DIAGNOSTIC_EVENT)")
     if not info.devices:
-        rows = con.execute(
+        rows = execute(
+            con,
             f"""SELECT DISTINCT device FROM {STAGING_TABLE} WHERE trace_id = $trace_id
                AND kind IN ('kernel', 'memcpy', 'memset') AND device IS NOT NULL ORDER BY 1""",
             t,

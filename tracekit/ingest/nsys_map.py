@@ -19,6 +19,7 @@ import duckdb
 from tracekit.ingest.common import STAGING_TABLE, EventWriter
 from tracekit.ingest.nsys_source import Probe
 from tracekit.progress import NO_PROGRESS, Progress
+from tracekit.store.literals import execute
 
 PID = "(({g} >> 24) & 16777215)"  # bits 24-47 of a globalTid/globalPid
 TID = "nullif({g} & 16777215, 0)"  # bits 0-23; 0 means "the process itself"
@@ -115,7 +116,7 @@ class Mapper:
         self.w.flush()
         base = self.w.next_id - 1
         sql = INSERT.format(table=STAGING_TABLE) + build(f"{base} + s.{self.rid}")
-        n = self.con.execute(sql, {"trace_id": self.w.trace_id}).fetchone()
+        n = execute(self.con, sql, {"trace_id": self.w.trace_id}).fetchone()
         inserted = int(n[0]) if n else 0
         self.w.next_id = base + int(self.p.max_rowid.get(table, 0)) + 1
         self.w.stats.events += inserted
@@ -394,7 +395,8 @@ class Mapper:
                        AS tid, arg_max(sid.value, t.{self.rid}) AS name
                      FROM {self.t("ThreadNames")} t JOIN {STR} sid ON sid.id = t."nameId"
                      GROUP BY 1, 2"""
-        self.con.execute(
+        execute(
+            self.con,
             f"""
             INSERT INTO threads
             WITH used AS (

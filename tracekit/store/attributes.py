@@ -28,6 +28,8 @@ from typing import Any
 
 import duckdb
 
+from tracekit.store.literals import execute
+
 PREFIX = "tracekit:"
 Thread = tuple[int | None, int | None]
 
@@ -133,7 +135,8 @@ def apply_attributes_stats(
 ) -> MatchStats:
     """`apply_attributes`, returning what matched as well."""
     records = read_sidecars(sidecar_files)
-    ranges = con.execute(
+    ranges = execute(
+        con,
         """
         SELECT event_id, name, pid, tid, start_ns FROM events
         WHERE trace_id = $trace_id AND kind = 'range' AND name LIKE 'tracekit:%'
@@ -147,7 +150,7 @@ def apply_attributes_stats(
         for rec, event_id in pairs
         for key, value in sorted((rec.get("attrs") or {}).items())
     ]
-    con.execute("DELETE FROM attributes WHERE trace_id = $trace_id", {"trace_id": trace_id})
+    execute(con, "DELETE FROM attributes WHERE trace_id = $trace_id", {"trace_id": trace_id})
     from tracekit.ingest.common import insert_many
 
     insert_many(con, "attributes", rows)

@@ -30,6 +30,7 @@ from tracekit.progress import build_progress
 from tracekit.store import cache
 from tracekit.store.attributes import apply_attributes, sidecars_for
 from tracekit.store.derive import derive, table_ddl
+from tracekit.store.literals import execute
 from tracekit.store.stages import StageRule, rules_digest
 
 SCHEMA_VERSION = "5"
@@ -128,21 +129,24 @@ def store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) ->
     it passes: tracekit stores hold base tables only."""
     db = _database(con, catalog)
     p = {"db": db}
-    views = con.execute(
+    views = execute(
+        con,
         "SELECT view_name FROM duckdb_views() WHERE database_name = $db AND NOT internal "
         "ORDER BY 1 LIMIT 3",
         p,
     ).fetchall()
     if views:
         return "it holds views (" + ", ".join(str(v[0]) for v in views) + ")"
-    macros = con.execute(
+    macros = execute(
+        con,
         "SELECT function_name FROM duckdb_functions() WHERE database_name = $db AND NOT internal"
         " AND function_type IN ('macro', 'table_macro') ORDER BY 1 LIMIT 3",
         p,
     ).fetchall()
     if macros:
         return "it holds macros (" + ", ".join(str(m[0]) for m in macros) + ")"
-    kinds = dict(con.execute(
+    kinds = dict(execute(
+        con,
         "SELECT table_name, table_type FROM information_schema.tables WHERE table_catalog = $db",
         p,
     ).fetchall())  # fmt: skip
@@ -182,8 +186,9 @@ def older_schema_problem(con: duckdb.DuckDBPyConnection, relations: dict[str, st
 def older_store_problem(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> str | None:
     """older_schema_problem for a store file open on `con` (attached as `catalog`)."""
     db = _database(con, catalog)
-    held = {r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_catalog = $db", {"db": db}
+    held = {r[0] for r in execute(
+        con, "SELECT table_name FROM information_schema.tables WHERE table_catalog = $db",
+        {"db": db},
     ).fetchall()}  # fmt: skip
     prefix = "" if catalog is None else f"{catalog}."
     return older_schema_problem(con, {t: prefix + t for t in TABLES if t in held})
@@ -307,14 +312,11 @@ def _sha256(path: Path) -> str:
 
 
 def _import_ahead() -> None:
-    """Imports the build makes later, made on a thread while DuckDB connects and creates the
-    schema (C++, without the GIL): numpy, which the JSON scanner needs first thing (0.06 s),
-    and pandas where installed, which DuckDB imports at the first bound parameter or Arrow
-    batch (0.6-0.8 s)."""
+    """An import the build makes later, made on a thread while DuckDB connects and creates
+    the schema (C++, without the GIL): numpy, which the JSON scanner needs (0.06 s). Not
+    pandas: the build binds no Python value (tracekit.store.literals), so DuckDB never
+    imports it, and importing it here took a core for 0.6-0.8 s beside the parse."""
     import numpy  # noqa: F401
-
-    with contextlib.suppress(ImportError):
-        import pandas  # type: ignore[import-untyped]  # noqa: F401
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -355,7 +357,7 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
     try:
         con.execute("SET preserve_insertion_order = false")
         # Bounded memory whatever the trace: DuckDB spills to <store>.tmp beyond this.
-        # (a literal: a bound parameter would wait for the pandas import on the thread)
+        # (a literal: see tracekit.store.literals)
         quoted = memory_limit.replace("'", "''")
         con.execute(f"SET memory_limit = '{quoted}'")
         fmt.tune(con)
@@ -370,8 +372,8 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
             progress.step("writing the store")
             _write_trace_row(con, source, info, digest.result())
             keys = sorted(key)  # (one statement: a row of parameters costs ~1 ms here)
-            con.execute("INSERT INTO meta SELECT unnest($k), unnest($v)",
-                        {"k": keys, "v": [key[k] for k in keys]})  # fmt: skip
+            execute(con, "INSERT INTO meta SELECT unnest($k), unnest($v)",
+                    {"k": keys, "v": [key[k] for k in keys]})  # fmt: skip
             con.execute("CHECKPOINT")
             con.close()
         os.replace(tmp, out)
@@ -400,7 +402,8 @@ def _write_trace_row(
     con: duckdb.DuckDBPyConnection, source: Path, info: TraceInfo, sha256: str
 ) -> None:
     stats: IngestStats = info.stats
-    con.execute(
+    execute(
+        con,
         """
         INSERT INTO traces
         SELECT 1, $path, $format, $tool_version, $host, min(start_ns), max(end_ns) - min(start_ns),

@@ -9,6 +9,7 @@ import duckdb
 
 from tracekit.ingest.common import STAGING_TABLE
 from tracekit.progress import NO_PROGRESS, Progress
+from tracekit.store.literals import execute
 from tracekit.store.stages import StageRule, split_depth
 
 
@@ -42,7 +43,8 @@ def derive(
     The rows come from the ingestor's temp staging table when it left them there, else from
     `events` itself (renamed aside; `events` is then written anew).
     """
-    staged = con.execute(
+    staged = execute(
+        con,
         "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = $t",
         {"t": STAGING_TABLE},
     ).fetchone()
@@ -57,7 +59,8 @@ def derive(
     con.execute("CREATE OR REPLACE TEMP TABLE _infer_opts (depth INTEGER)")
     con.execute(f"INSERT INTO _infer_opts VALUES ({'NULL' if depth is None else int(depth)})")
     if rules:
-        con.execute(
+        execute(
+            con,
             "INSERT INTO _stage_rules SELECT unnest($stages), unnest($patterns)",
             {"stages": [r.stage for r in rules], "patterns": [r.pattern for r in rules]},
         )

@@ -27,6 +27,7 @@ from tracekit.store.build import (
     is_duckdb_file,
 )
 from tracekit.store.lake import export_tables, is_export_dir, older_export_problem
+from tracekit.store.literals import execute
 from tracekit.store.stages import StageRule, load_config_rules
 
 if TYPE_CHECKING:  # polars is imported when a result is returned: a store build never needs it
@@ -262,7 +263,7 @@ def _interruptible(
 
     def work() -> None:
         try:
-            box["rel"] = con.execute(query, params)
+            box["rel"] = execute(con, query, params)
         except BaseException as e:  # raised again on the calling thread
             box["error"] = e
 
