@@ -51,10 +51,10 @@ def test_what_has_no_literal_is_refused() -> None:
 
 def test_only_parameters_are_replaced_not_lookalikes_in_strings_names_or_comments() -> None:
     con = duckdb.connect()
-    query = """-- $a in a comment
-        SELECT $a AS "$a", '$a' AS s, $ab AS ab /* $a */, $a::VARCHAR || '$ab' AS t"""
+    query = """-- $a in a comment, µs → ns
+        SELECT $a AS "$a", '$a µs→' AS s, $ab AS ab /* $a */, $a::VARCHAR || '$ab' AS t"""
     row = execute(con, query, {"a": 1, "ab": "x'y"}).fetchone()
-    assert row == (1, "$a", "x'y", "1$ab")
+    assert row == (1, "$a µs→", "x'y", "1$ab")
     assert [d[0] for d in con.description or []] == ["$a", "s", "ab", "t"]
 
 

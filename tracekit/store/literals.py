@@ -91,28 +91,33 @@ def execute(
     return con.execute(substitute(query, params))
 
 
+_NAME_TOKENS = (duckdb.token_type.identifier, duckdb.token_type.keyword)
+
+
 def substitute(query: str, params: Mapping[str, Any]) -> str:
     """`query` with each `$name` parameter replaced by its value's literal. DuckDB's own
     tokenizer finds them, so a `$name` inside a string, a quoted name or a comment stays.
     (Not PREPARE/EXECUTE: a statement with parameters is planned twice there, +0.3 s over
     a report's queries.)"""
+    text = query.encode()  # (the tokenizer's positions are UTF-8 byte offsets)
     tokens = duckdb.tokenize(query)
-    out, done, used = [], 0, set()
+    out: list[bytes] = []
+    done, used = 0, set()
     for (pos, kind), (next_pos, next_kind) in zip(tokens, tokens[1:], strict=False):
-        if kind != duckdb.token_type.operator or query[pos] != "$" or next_pos != pos + 1:
+        if kind != duckdb.token_type.operator or text[pos : pos + 1] != b"$":
             continue
-        if next_kind not in (duckdb.token_type.identifier, duckdb.token_type.keyword):
+        if next_pos != pos + 1 or next_kind not in _NAME_TOKENS:
             continue
         end = next_pos
-        while end < len(query) and (query[end].isalnum() or query[end] == "_"):
+        while end < len(text) and (text[end : end + 1].isalnum() or text[end] == ord("_")):
             end += 1
-        name = query[next_pos:end]
+        name = text[next_pos:end].decode()
         if name not in params:
             raise duckdb.InvalidInputException(f"no value for parameter ${name}")
-        out += [query[done:pos], sql_literal(params[name])]
+        out += [text[done:pos], sql_literal(params[name]).encode()]
         done = end
         used.add(name)
     unused = sorted(set(params) - used)
     if unused:
         raise duckdb.InvalidInputException(f"the query has no parameter ${unused[0]}")
-    return "".join(out) + query[done:]
+    return b"".join([*out, text[done:]]).decode()
