@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from tracekit.errors import ConfigError
+from tracekit.store.literals import row_literal
 from tracekit.store.stages import CONFIG_NAME
 
 
@@ -91,15 +92,9 @@ def install(con: duckdb.DuckDBPyConnection, rules: list[CategoryRule] | None = N
         rules = user_rules() + list(builtin_rules())
     con.execute("DELETE FROM tk_category_rules")
     if rules:
-        # Literals, not bound parameters: DuckDB's first bound parameter in a process imports
-        # pandas/numpy where installed (0.6-0.8 s), and this runs on every connection. The
-        # values are config text (quotes doubled), never trace content.
+        # Literals, not bound parameters (tracekit.store.literals): this runs on every
+        # connection.
         rows = ", ".join(
-            f"({i}, {_lit(r.category)}, {_lit(r.target)}, {_lit(r.pattern)})"
-            for i, r in enumerate(rules)
+            row_literal((i, r.category, r.target, r.pattern)) for i, r in enumerate(rules)
         )
         con.execute(f"INSERT INTO tk_category_rules VALUES {rows}")
-
-
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from tracekit.errors import TraceFormatError
+from tracekit.store.literals import string_literal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -171,17 +172,13 @@ def extension_path() -> Path | None:
     return next(iter(sorted(base.rglob("sqlite_scanner.duckdb_extension"))), None)
 
 
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def attach_scanner(con: duckdb.DuckDBPyConnection, path: Path, alias: str) -> None:
     """ATTACH the export read-only through sqlite_scanner (raises duckdb.Error if it cannot)."""
     ext = extension_path()
     if ext is None:
         raise duckdb.IOException("duckdb-extension-sqlite-scanner is not installed")
-    con.execute(f"LOAD {_sql_str(str(ext))}")
-    con.execute(f"ATTACH {_sql_str(str(path.resolve()))} AS {alias} (TYPE sqlite, READ_ONLY)")
+    con.execute(f"LOAD {string_literal(str(ext))}")
+    con.execute(f"ATTACH {string_literal(str(path.resolve()))} AS {alias} (TYPE sqlite, READ_ONLY)")
 
 
 class FallbackCopy:
@@ -192,7 +189,7 @@ class FallbackCopy:
         self.alias = alias
         self.dir = tempfile.TemporaryDirectory(prefix="tracekit-nsys-")
         db = Path(self.dir.name) / "copy.duckdb"
-        con.execute(f"ATTACH {_sql_str(str(db))} AS {alias}")
+        con.execute(f"ATTACH {string_literal(str(db))} AS {alias}")
 
     def copy(self, src: sqlite3.Connection, p: Probe, tables: list[str]) -> None:
         import pyarrow as pa  # (the fallback only: a store build otherwise never loads it)

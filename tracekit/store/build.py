@@ -30,7 +30,7 @@ from tracekit.progress import build_progress
 from tracekit.store import cache
 from tracekit.store.attributes import apply_attributes, sidecars_for
 from tracekit.store.derive import derive, table_ddl
-from tracekit.store.literals import execute
+from tracekit.store.literals import execute, string_literal
 from tracekit.store.stages import StageRule, rules_digest
 
 SCHEMA_VERSION = "5"
@@ -358,8 +358,7 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
         con.execute("SET preserve_insertion_order = false")
         # Bounded memory whatever the trace: DuckDB spills to <store>.tmp beyond this.
         # (a literal: see tracekit.store.literals)
-        quoted = memory_limit.replace("'", "''")
-        con.execute(f"SET memory_limit = '{quoted}'")
+        con.execute(f"SET memory_limit = {string_literal(memory_limit)}")
         fmt.tune(con)
         create_schema(con)
         with build_progress(f"ingest {source.name}") as progress:

@@ -43,7 +43,7 @@ def sql_literal(value: Any) -> str:
         text = repr(value) if math.isfinite(value) else f"'{value}'"
         return f"CAST({text} AS DOUBLE)"
     if isinstance(value, str):
-        return f"CAST({_quoted(value)} AS VARCHAR)"
+        return f"CAST({string_literal(value)} AS VARCHAR)"
     if isinstance(value, dt.datetime) and value.tzinfo is None:
         return f"CAST('{value.isoformat(sep=' ')}' AS TIMESTAMP)"
     if isinstance(value, list | tuple):
@@ -65,12 +65,13 @@ def _plain(value: Any) -> str:
     if isinstance(value, float) and math.isfinite(value):
         return repr(value)
     if isinstance(value, str):
-        return _quoted(value)
+        return string_literal(value)
     return sql_literal(value)
 
 
-def _quoted(text: str) -> str:
-    # A NUL would end the statement's text inside DuckDB's parser: spliced in with chr(0).
+def string_literal(text: str) -> str:
+    """`text` as a quoted SQL string: quotes doubled, and a NUL, which would end the
+    statement's text inside DuckDB's parser, spliced in with chr(0)."""
     inner = text.replace("'", "''").replace("\x00", "' || chr(0) || '")
     return f"'{inner}'"
 
