@@ -14,8 +14,8 @@ import re
 import statistics
 from collections.abc import Sequence
 
-from tracekit.compare.diff import DeviceDelta, Headline, StageDelta
 from tracekit.compare.items import ItemDelta, Unit
+from tracekit.compare.result import DeviceDelta, Headline, StageDelta
 
 MAX_ENTRIES = 3
 KEEP_FRACTION = 0.1

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
 
-from tracekit.compare.diff import DiffResult
 from tracekit.compare.headline import outermost, short_name
 from tracekit.compare.items import ItemDelta
-from tracekit.compare.render import Section
+from tracekit.compare.result import DiffResult
+from tracekit.compare.table import Section
 
 CHART_BARS = 12
 W, LABEL_W, ROW_H, TOP = 900, 330, 22, 8

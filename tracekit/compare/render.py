@@ -14,9 +14,11 @@ import re
 import textwrap
 from typing import Any
 
-from tracekit.compare.diff import DiffResult, MetricDelta
 from tracekit.compare.headline import short_name
 from tracekit.compare.items import ItemDelta, Unit
+from tracekit.compare.page import render_page
+from tracekit.compare.result import DiffResult, MetricDelta
+from tracekit.compare.table import Cell, Section
 
 RENDER_FORMATS = ("table", "md", "json", "html")
 TOP_ITEMS = 15
@@ -71,28 +73,6 @@ def _noise(m: MetricDelta) -> str:
     spread = f", spread {_num(n.spread)}" if n.spread is not None else ""
     verdict = "beyond noise" if n.exceeds else "within noise"
     return f"95% CI [{_signed(n.ci_low)}, {_signed(n.ci_high)}]{spread}: {verdict}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Cell:
-    """One table cell: `text` shown, `sort` key (numbers sort numerically), `title` on hover
-    (the full name where `text` is shortened)."""
-
-    text: str
-    sort: str = ""
-    title: str = ""
-    name: bool = False  # an untrusted trace string (escaped per format)
-
-
-@dataclasses.dataclass(frozen=True)
-class Section:
-    """A table: its title, a note under it, column labels (numeric ones right-aligned)."""
-
-    id: str
-    title: str
-    columns: tuple[tuple[str, bool], ...]
-    rows: tuple[tuple[Cell, ...], ...]
-    note: str = ""
 
 
 def _n(v: float | None, digits: int = 3, signed: bool = False) -> Cell:
@@ -360,8 +340,6 @@ def render_json(d: DiffResult) -> str:
 
 
 def render_html(d: DiffResult) -> str:
-    from tracekit.compare.page import render_page
-
     return render_page(d, sections(d), _heading(d), _views(d), _unit_line(d))
 
 

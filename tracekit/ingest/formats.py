@@ -72,13 +72,13 @@ def _ingest_kineto(con: Any, path: Path, trace_id: int, scratch: Path, progress:
 
 
 def _scrub_nsys(source: Path, tmp: Path, options: Any, removed: dict[str, int]) -> None:
-    from tracekit.scrub import scrub_sqlite
+    from tracekit.ingest.scrubbers import scrub_sqlite  # lazy: only `scrub` needs it (start-up)
 
     scrub_sqlite(source, tmp, options, removed)
 
 
 def _scrub_kineto(source: Path, tmp: Path, options: Any, removed: dict[str, int]) -> None:
-    from tracekit.scrub import scrub_json
+    from tracekit.ingest.scrubbers import scrub_json  # lazy: only `scrub` needs it (start-up)
 
     scrub_json(source, tmp, options, removed)
 
