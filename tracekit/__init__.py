@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 from tracekit.annotate import request, stage  # noqa: E402
 from tracekit.errors import (  # noqa: E402
     CaptureFailed,
@@ -22,6 +20,7 @@ from tracekit.errors import (  # noqa: E402
     TracekitError,
 )
 from tracekit.store.stages import StageRule, parse_rule  # noqa: E402
+from tracekit.version import __version__
 
 if TYPE_CHECKING:
     from tracekit.store.traceset import TraceSet, open_traces, write_store

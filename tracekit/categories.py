@@ -16,9 +16,9 @@ from pathlib import Path
 
 import duckdb
 
+from tracekit.config import CONFIG_NAME
 from tracekit.errors import ConfigError
 from tracekit.store.literals import row_literal
-from tracekit.store.stages import CONFIG_NAME
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from tracekit import __version__
 from tracekit.errors import TracekitError
+from tracekit.version import __version__
 
 # One module per subcommand under tracekit/commands/, each exposing `command`.
 COMMANDS = (

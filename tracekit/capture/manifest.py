@@ -7,8 +7,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-import tracekit
 from tracekit.atomic import write_text_atomic
+from tracekit.version import __version__
 
 MANIFEST = "capture.json"
 MANIFEST_VERSION = 1
@@ -41,7 +41,7 @@ def file_entries(
 
 def versions(nsys_version: str | None, probe: dict[str, Any]) -> dict[str, str | None]:
     return {
-        "tracekit": tracekit.__version__,
+        "tracekit": __version__,
         "python": probe.get("python") or platform.python_version(),
         "torch": probe.get("torch"),
         "nvtx": probe.get("nvtx"),

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tracekit
 from tracekit.capture.nsys_runner import Nsys, find_nsys, profile_argv
 from tracekit.capture.stage_hooks import StageTarget
 from tracekit.errors import CaptureFailed
@@ -146,7 +145,7 @@ def probe_python(interpreter: str, env: dict[str, str]) -> dict[str, Any]:
 
 def child_env(attributes_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
-    package_root = str(Path(tracekit.__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding tracekit/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env["TRACEKIT_ATTRIBUTES_DIR"] = str(attributes_dir.resolve())
     return env

@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 from typing import IO, Any
 
+from tracekit.config import parse_size
 from tracekit.errors import ConfigError, TraceFormatError
 
 RATIO_ENV = "TRACEKIT_MAX_UNZIP_RATIO"
@@ -27,8 +28,6 @@ _CHUNK = 16 * 1024 * 1024
 
 def limits() -> tuple[float, int]:
     """(max ratio, max bytes) from the environment."""
-    from tracekit.store.cache import parse_size
-
     ratio_text = os.environ.get(RATIO_ENV)
     try:
         ratio = float(ratio_text) if ratio_text else DEFAULT_RATIO

@@ -21,6 +21,7 @@ from typing import Any
 
 import duckdb
 
+from tracekit.config import cache_dir
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import nsys_meta as meta
 from tracekit.ingest.common import STAGING_TABLE, EventWriter, TraceInfo
@@ -300,8 +301,6 @@ def _finish(
 
 # -- .nsys-rep ---------------------------------------------------------------------------
 def _cache_dir() -> Path:
-    from tracekit.store.cache import cache_dir
-
     return cache_dir() / "nsys-export"
 
 

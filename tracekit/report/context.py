@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import tracekit
 from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
@@ -23,6 +22,7 @@ from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, Tr
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
 from tracekit.sql import load_query
 from tracekit.store.traceset import QuerySource
+from tracekit.version import __version__
 
 SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (largest first)
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
@@ -389,7 +389,7 @@ def build_report_context(
     traces = tuple(_trace_report(ts, i, top_n) for i in formats)
     return ReportContext(
         title,
-        tracekit.__version__,
+        __version__,
         tuple(p.name for p in inputs),
         traces,
         load_capture(list(inputs)),

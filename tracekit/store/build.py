@@ -21,7 +21,6 @@ from pathlib import Path
 
 import duckdb
 
-from tracekit import __version__
 from tracekit.errors import StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
 from tracekit.ingest.common import IngestStats, TraceInfo
@@ -32,6 +31,7 @@ from tracekit.store.attributes import apply_attributes, sidecars_for
 from tracekit.store.derive import derive, table_ddl
 from tracekit.store.literals import execute, string_literal
 from tracekit.store.stages import StageRule, rules_digest
+from tracekit.version import __version__
 
 SCHEMA_VERSION = "5"
 CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace

@@ -21,23 +21,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.errors import ConfigError
+from tracekit.config import CACHE_DIR_ENV, cache_dir, parse_size
 
-CACHE_DIR_ENV = "TRACEKIT_CACHE_DIR"
+__all__ = ["CACHE_DIR_ENV", "cache_dir", "parse_size"]  # re-exported: their home is tracekit.config
+
 MAX_SIZE_ENV = "TRACEKIT_CACHE_MAX_SIZE"
 DEFAULT_MAX_SIZE = 20 * 1024**3
 STORE_SUFFIX = ".duckdb"
 _STORES = "stores"
 _NAME_MAX = 96  # bytes of the input's name kept in a store's name (file names stop at 255)
-
-
-def cache_dir() -> Path:
-    """The cache root, from the environment (read each time: `--cache-dir` may set it)."""
-    configured = os.environ.get(CACHE_DIR_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "tracekit"
 
 
 def set_cache_dir(path: Path) -> None:
@@ -143,17 +135,6 @@ def _unlink(path: Path) -> bool:
     except IsADirectoryError:
         shutil.rmtree(path, ignore_errors=True)
     return True
-
-
-_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-
-
-def parse_size(text: str, what: str = "size") -> int:
-    """'500MB', '2G', '1.5GiB', '1048576' -> bytes."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise ConfigError(f"{what}: {text!r} is not a size (e.g. 500MB, 2GB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 def human_size(n: float) -> str:

@@ -8,9 +8,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracekit.config import CONFIG_NAME
 from tracekit.errors import ConfigError
 
-CONFIG_NAME = "tracekit.toml"
 _STAGE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
