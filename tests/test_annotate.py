@@ -7,7 +7,6 @@ sidecar) that is fixed at the first stage, as in a real service.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -15,14 +14,15 @@ from pathlib import Path
 import pytest
 
 import tracekit
+from tests import procs
 
 
 def run_py(code: str, tmp_path: Path, env: dict[str, str] | None = None) -> str:
     import os
 
     full_env = {**os.environ, **(env or {})}
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, cwd=tmp_path, env=full_env, timeout=300)  # fmt: skip
+    res = procs.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, cwd=tmp_path, env=full_env)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.conftest import REPO, shared_traces
 
 NSYS_INGESTOR = REPO / "tracekit" / "ingest" / "nsys.py"
@@ -37,7 +38,7 @@ HUGE_BYTES = 200 * 1024 * 1024  # 1 GB would cost ~10 s and 2 GB RSS: 200 MB sho
 def tracekit(*args: str, user: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     cmd = [*(user or []), sys.executable, "-m", "tracekit", *args]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    return procs.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
 
 
 def cli_args(command: str, path: Path) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.conftest import REPO, SAMPLE_TRACES
 from tracekit.store import cache
 
@@ -24,9 +25,9 @@ def tracekit(
     *args: str, cache_dir: Path, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TRACEKIT_CACHE_DIR": str(cache_dir)}
-    return subprocess.run(
+    return procs.run(
         [sys.executable, "-m", "tracekit", *args],
-        capture_output=True, text=True, timeout=300, env=env, cwd=cwd or REPO,
+        capture_output=True, text=True, env=env, cwd=cwd or REPO,
     )  # fmt: skip
 
 

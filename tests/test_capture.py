@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import tracekit
+from tests import procs
 
 REPO = Path(__file__).resolve().parent.parent
 INFER = REPO / "examples" / "infer.py"
@@ -24,10 +25,9 @@ STAGES = ("inference", "postprocess", "preprocess")
 HAVE_NSYS = shutil.which("nsys") is not None
 
 
-def run_capture(args: list[str], env: dict[str, str] | None = None, timeout: int = 600):
+def run_capture(args: list[str], env: dict[str, str] | None = None):
     cmd = [sys.executable, "-m", "tracekit", "capture", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
-                          cwd=REPO)  # fmt: skip
+    return procs.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)  # fmt: skip
 
 
 def self_times(path: Path) -> dict:

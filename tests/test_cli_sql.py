@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests import procs
 from tests.conftest import SAMPLE_TRACES, shared_traces
 from tracekit.cli import main
 
@@ -22,9 +23,7 @@ TOP5 = (
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, timeout=300
-    )
+    return procs.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True)
 
 
 def _sample_kineto(tmp_path: Path) -> Path:

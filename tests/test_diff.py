@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import subprocess
 import sys
 from collections import defaultdict
 from html.parser import HTMLParser
@@ -16,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
+from tests import procs
 from tests.conftest import SHARED_TRACES
 from tracekit.cli import main
 from tracekit.compare.diff import diff_runs
@@ -150,11 +150,10 @@ def capture_example(run_dir: Path, padding: str) -> Path:
     """A real `tracekit capture` (torch.profiler, CPU) of examples/infer.py."""
     pytest.importorskip("torch")
     infer = Path(__file__).resolve().parent.parent / "examples" / "infer.py"
-    res = subprocess.run(
+    res = procs.run(
         [sys.executable, "-m", "tracekit", "capture", "-o", str(run_dir), "--no-nsys", "--",
          sys.executable, str(infer), "--requests", "12", "--padding", padding],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True, text=True, )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     return run_dir / "torch.pt.trace.json"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import tracekit
+from tests import procs
 
 pytest.importorskip("transformers", reason="examples extra not installed (transformers)")
 
@@ -37,9 +38,9 @@ STAGE_ARGS = [
 ]  # fmt: skip
 
 
-def run_capture(args: list[str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
+def run_capture(args: list[str]) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "tracekit", "capture", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    return procs.run(cmd, capture_output=True, text=True, cwd=REPO)
 
 
 def quantile(values: list[float], q: float) -> float:

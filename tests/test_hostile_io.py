@@ -28,6 +28,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import procs
 from tests.conftest import shared_traces
 from tracekit.cli import main
 
@@ -73,16 +74,15 @@ def tree(root: Path) -> dict[str, bytes | str]:
     return out
 
 
-def tracekit_cli(*args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True,
-                          text=True, timeout=timeout, **kw)  # fmt: skip
+def tracekit_cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return procs.run([sys.executable, "-m", "tracekit", *args], capture_output=True,
+                          text=True, **kw)  # fmt: skip
 
 
 # Runs a command and prints its peak RSS (KiB). A child forked straight from pytest would
 # report pytest's own peak: Linux keeps the larger of the two across exec.
 _PEAK_RSS = """import resource, subprocess, sys
-r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                   timeout=120)
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 sys.stderr.buffer.write(r.stderr)
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 sys.exit(r.returncode)
@@ -92,8 +92,8 @@ sys.exit(r.returncode)
 def cli_peak_rss(*args: str, env: dict[str, str]) -> tuple[int, str, int]:
     """(exit code, stderr, peak RSS in KiB) of one tracekit run, measured by a small
     wrapper process (see _PEAK_RSS), not from pytest's own RUSAGE_CHILDREN."""
-    r = subprocess.run([sys.executable, "-c", _PEAK_RSS, sys.executable, "-m", "tracekit",
-                        *args], capture_output=True, text=True, env=env, timeout=180)  # fmt: skip
+    r = procs.run([sys.executable, "-c", _PEAK_RSS, sys.executable, "-m", "tracekit",
+                        *args], capture_output=True, text=True, env=env)  # fmt: skip
     return r.returncode, r.stderr, int(r.stdout.strip())
 
 
@@ -174,7 +174,7 @@ def test_special_files_refused_as_inputs(tmp_path: Path) -> None:
                  ["scrub", str(tmp_path / "fifo.json"), str(tmp_path / "o.json")],
                  ["report", "/dev/zero", "-o", str(tmp_path / "r.html")],
                  ["ingest", "/dev/null"]):  # fmt: skip
-        r = tracekit_cli(*args, timeout=60)
+        r = tracekit_cli(*args)
         one_line_error(r.returncode, r.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.json"]
 
@@ -417,7 +417,7 @@ def test_ctrl_c_during_query_exits_130(tmp_path: Path) -> None:
     )  # fmt: skip
     time.sleep(3)  # (let it reach the query; not an assertion on time)
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    _, err = procs.communicate(p)
     assert (p.returncode, err) == (130, "Error: interrupted\n")
 
 
@@ -447,7 +447,7 @@ def test_kill_9_leftovers_are_swept(tmp_path: Path) -> None:
     if not _kill_when(p, tmp_path, "out/.shared.json.gz.*.tmp"):
         pytest.skip("scrub finished before it could be killed")
     assert list(out.parent.glob(".shared.json.gz.*.tmp"))
-    assert tracekit_cli("scrub", str(src), str(out), timeout=300).returncode == 0
+    assert tracekit_cli("scrub", str(src), str(out)).returncode == 0
     assert sorted(p.name for p in out.parent.iterdir()) == ["shared.json.gz"]
 
 

@@ -89,8 +89,7 @@ def test_every_module_has_a_layer() -> None:
 
 def test_imports_go_only_downward() -> None:
     upward = sorted(
-        f"{mods} imports {t} (line {line}): {LAYERS[layer_of(mods)][0]} -> "
-        f"{LAYERS[layer_of(t)][0]}"
+        f"{mods} imports {t} (line {line}): {LAYERS[layer_of(mods)][0]} -> {LAYERS[layer_of(t)][0]}"
         for mods, targets in imports().items()
         for t, line in targets
         if layer_of(t) > layer_of(mods)
@@ -112,7 +111,7 @@ def test_no_import_circle() -> None:
         stack.append(m)
         for t in sorted(graph.get(m, ())):
             if state.get(t) == 1:
-                circles.append(" -> ".join(stack[stack.index(t):] + [t]))
+                circles.append(" -> ".join(stack[stack.index(t) :] + [t]))
             elif t not in state:
                 visit(t)
         stack.pop()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 import tracekit
 from tests import nsys_oracle as oracle
+from tests import procs
 from tests.conftest import REPO, shared_traces
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import nsys
@@ -27,7 +27,6 @@ from tracekit.store.derive import derive
 SCHEMA = (REPO / "tracekit" / "store" / "schema.sql").read_text()
 QUERIES = REPO / "queries"
 WORKLOAD = REPO / "tests" / "data" / "nsys_workload.py"
-PROFILE_TIMEOUT_S = 300
 HAS_NSYS = oracle.nsys_path() is not None
 needs_nsys = pytest.mark.skipif(not HAS_NSYS, reason="nsys is not on PATH")
 CAPTURED = "captured-nvtx-osrt"
@@ -76,20 +75,14 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
         sys.executable,
         str(WORKLOAD),
     ]
-    try:
-        proc = subprocess.run(
-            cmd, cwd=out, capture_output=True, text=True, timeout=PROFILE_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`nsys profile` hung for more than {PROFILE_TIMEOUT_S} s: {' '.join(cmd)}")
+    proc = procs.run(cmd, cwd=out, capture_output=True, text=True, check=False)  # hang: fails
     if proc.returncode != 0 or not rep.is_file():
         pytest.fail(f"`nsys profile` failed ({proc.returncode}), no {rep.name}: {proc.stderr}")
     sqlite = out / "workload.sqlite"
-    proc = subprocess.run(
+    proc = procs.run(
         ["nsys", "export", "--type", "sqlite", "-f", "true", "-o", str(sqlite), str(rep)],
         capture_output=True,
         text=True,
-        timeout=120,
         check=False,
     )
     if proc.returncode != 0 or not sqlite.is_file():

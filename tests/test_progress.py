@@ -7,7 +7,6 @@ import contextlib
 import io
 import os
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.conftest import REPO, SAMPLE_TRACES
 from tracekit import progress
 from tracekit.store import build as store
@@ -93,7 +93,7 @@ def test_the_line_shows_step_bar_and_time_then_is_blanked() -> None:
     line = progress.ProgressLine("ingest t.json", out, delay_s=0, redraw_s=0.01)
     line.step("parsing events", total=200_000_000)
     line.update(50_000_000)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 120  # a wait, not a limit: ends once drawn
     while "25%" not in out.getvalue() and time.monotonic() < deadline:
         time.sleep(0.01)
     line.step("deriving 1/8: nesting")
@@ -126,11 +126,11 @@ def test_quiet_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
         "p.DRAW_DELAY_S = 0; p.REDRAW_S = 0.001\n"
         "s.ensure_trace_store(pathlib.Path(sys.argv[1]), [], refresh=True)\n"
     )
-    run = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True,
+    run = procs.run([sys.executable, "-c", code, str(src)], capture_output=True,
                          env=env, cwd=REPO, check=True)  # fmt: skip
     assert run.stderr == b""
     env["TRACEKIT_PROGRESS"] = "1"  # forced on: the same build draws
-    run = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True,
+    run = procs.run([sys.executable, "-c", code, str(src)], capture_output=True,
                          env=env, cwd=REPO, check=True)  # fmt: skip
     assert f"\ringest {src.name}: ".encode() in run.stderr
     assert b"\n" not in run.stderr, "one line, rewritten in place"
@@ -156,7 +156,7 @@ def test_the_line_is_blanked_when_the_build_fails(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(progress, "REDRAW_S", 0.005)
     with pytest.raises(KeyboardInterrupt), progress.build_progress("ingest t.json", out) as p:
         p.step("deriving 1/8: nesting")
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 120  # a wait, not a limit: ends once drawn
         while "nesting" not in out.getvalue() and time.monotonic() < deadline:
             time.sleep(0.005)
         raise KeyboardInterrupt

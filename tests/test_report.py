@@ -7,13 +7,13 @@ import importlib.util
 import json
 import re
 import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 import tracekit
+from tests import procs
 from tests.conftest import REPO, shared_params
 from tests.synth_kineto import generate
 from tracekit.report import write_report
@@ -295,7 +295,7 @@ def test_headless_chromium(synth: Path, tmp_path: Path) -> None:
         "--dump-dom",
         f"{out.as_uri()}#sort-test",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = procs.run(cmd, capture_output=True, text=True)
     dom, log = proc.stdout, proc.stderr
     assert re.search(r'<body[^>]*data-js="ok"', dom), log[-2000:]  # script ran under the CSP
     assert 'data-sort-test="done"' in dom and 'data-traces="1"' in dom

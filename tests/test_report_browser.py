@@ -12,11 +12,11 @@ import html
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.conftest import SAMPLE_TRACES, shared_params
 from tests.gpu_oracle import raw_gpu_intervals
 from tracekit.report import write_report
@@ -56,7 +56,7 @@ def selfcheck(page: Path, width: int, profile: Path) -> tuple[dict, str]:
            "--no-first-run", f"--user-data-dir={profile}",
            f"--window-size={width},{FIRST_SCREEN_PX}", "--enable-logging=stderr", "--v=0",
            "--dump-dom", f"{page.as_uri()}#selfcheck"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    proc = procs.run(cmd, capture_output=True, text=True)
     m = re.search(r'data-selfcheck="([^"]*)"', proc.stdout)
     assert m, proc.stderr[-2000:]
     return json.loads(html.unescape(m.group(1))), proc.stderr

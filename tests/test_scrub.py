@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests import procs
 from tests.conftest import REPO, shared_traces
 from tracekit.cli import main
 
@@ -141,15 +142,14 @@ def test_scrub_real_capture(tmp_path: Path):
     env = {**os.environ, "SECRET_TOKEN": "tk-xyz", "AWS_SECRET_ACCESS_KEY": "sk-test-123"}
     rep = tmp_path / "cap"
     try:
-        subprocess.run(
+        procs.run(
             ["nsys", "profile", "-t", "osrt", "-o", str(rep), "python", "-c", "pass"],
             env=env,
             capture_output=True,
-            timeout=90,
             check=True,
         )
         export = ["nsys", "export", "--type", "sqlite", "-o", f"{rep}.sqlite", f"{rep}.nsys-rep"]
-        subprocess.run(export, capture_output=True, timeout=90, check=True)
+        procs.run(export, capture_output=True, check=True)
     except (subprocess.SubprocessError, OSError) as e:
         pytest.skip(f"nsys could not capture here: {e}")
     src = Path(f"{rep}.sqlite")

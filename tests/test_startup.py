@@ -8,10 +8,10 @@ import importlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from tests import procs
 from tests.conftest import SAMPLE_TRACES
 from tracekit.cli import COMMANDS, SUMMARIES
 
@@ -37,8 +37,8 @@ print(json.dumps({{"loaded": loaded, "out": out.buffer.getvalue().decode()}}))
 
 def _probe(*args: str, env: dict[str, str] | None = None) -> dict[str, object]:
     code = _PROBE.format(heavy=HEAVY)
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                       timeout=300, env=env)  # fmt: skip
+    r = procs.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr
     result: dict[str, object] = json.loads(r.stdout.strip().splitlines()[-1])
     return result
@@ -95,13 +95,13 @@ def test_no_command_binds_a_value_that_makes_duckdb_import_pandas(tmp_path: Path
            "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
 
     def run(*args: str) -> None:
-        r = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                           timeout=300, env=env, cwd=tmp_path)  # fmt: skip
+        r = procs.run([sys.executable, *args], capture_output=True, text=True,
+                           env=env, cwd=tmp_path)  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert not marker.exists(), f"{args}: pandas imported from\n{marker.read_text()}"
 
     # The probe sees DuckDB's import: one bound value is enough.
-    r = subprocess.run([sys.executable, "-c", "import duckdb; duckdb.connect().execute("
+    r = procs.run([sys.executable, "-c", "import duckdb; duckdb.connect().execute("
                         "'SELECT $a', {'a': 1})"], env=env, capture_output=True)  # fmt: skip
     assert r.returncode == 0 and marker.exists(), r.stderr
     marker.unlink()
