@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP_CONSTRAINTS ?= .ci/constraints.txt
 RUN_DIR ?= runs/demo
 
-.PHONY: setup demo test samples bench lint readme fuzz
+.PHONY: setup demo test test-fast samples bench lint readme fuzz
 
 setup:
 	$(PYTHON) -m pip install -q -c $(PIP_CONSTRAINTS) -e '.[examples,dev,spark]'
@@ -13,8 +13,13 @@ demo: setup
 	tracekit report $(RUN_DIR) -o $(RUN_DIR)/report.html --force
 	@echo "Open $(RUN_DIR)/report.html"
 
+# One worker per core; a test file stays on one worker, so its module fixtures (captures) run once.
 test:
-	$(PYTHON) -m pytest -q -p no:cacheprovider tests
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n auto --dist loadfile tests
+
+# While you work: no nsys captures, no browser, nothing marked slow.
+test-fast:
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n auto --dist loadfile -m "not slow and not nsys and not browser" tests
 
 # The hostile-input suites with 25x the examples (docs/security.md); CI runs the short ones.
 fuzz:

@@ -146,7 +146,7 @@ def ingest(
         with _scratch_file(scratch) as events_json, contextlib.suppress(_DuckDBCannotRead):
             return _ingest_duckdb(con, path, trace_id, events_json, progress)
     # The events are acyclic dicts freed chunk by chunk: the cyclic collector finds nothing to
-    # free, yet its passes over millions of young objects cost 3x the parse (docs/architecture.md).
+    # free, yet its passes over millions of young objects cost 3x the parse (docs/decisions.md).
     enabled = gc.isenabled()
     gc.disable()
     try:
