@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tests import procs
+from tests import procs, shape_work
 from tests.conftest import SHARED_TRACES
 from tracekit.cli import main
 from tracekit.compare.diff import diff_runs
@@ -204,9 +204,9 @@ def test_stage_deltas_match_independent_sql(padding_pair: tuple[Path, Path]) -> 
             assert d.before == pytest.approx(before[s.stage][k], abs=1e-9)
             assert d.after == pytest.approx(after[s.stage][k], abs=1e-9)
             assert d.delta == pytest.approx(after[s.stage][k] - before[s.stage][k], abs=1e-9)
-    inference = next(s for s in result.stages if s.stage == "inference").metric("p50_ms")
-    assert inference.delta is not None and inference.delta < 0  # shorter sequences are faster
-    assert result.throughput[0].after > result.throughput[0].before
+    # Shorter sequences do less work: compared by the shapes the ops ran on, not by their
+    # times (two captures' times depend on the machine's load while each ran).
+    assert shape_work.bmm_macs(after_path) * 2 < shape_work.bmm_macs(before_path)
     bmm = [i for i in result.ops if i.name in ("aten::bmm", "aten::mm", "aten::addmm")]
     assert "appeared" in {i.status for i in bmm}  # bucketed shapes are new shapes
 

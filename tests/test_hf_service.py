@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import tracekit
-from tests import procs
+from tests import procs, shape_work
 
 pytest.importorskip("transformers", reason="examples extra not installed (transformers)")
 
@@ -217,13 +217,11 @@ def test_bucketed_mode_drops_the_padding_and_attention_findings(service_capture,
     found = findings_of(run_dir, 1)
     assert not {"padding_waste", "attention_scores", "attention_heavy"} & found, found
 
-    def inference_scores(path: Path, trace_id: int) -> float:
-        with tracekit.open(path) as t:
-            rows = t.query("attention_score_ops", trace_id=trace_id).to_dicts()
-        return float(next(r["score_self_ms"] for r in rows if r["stage"] == "inference"))
-
+    # The score work, from the shapes the ops ran on (times would depend on the machine's load
+    # during each capture: this assertion compared them and failed under load).
     padded_dir = service_capture[0]
-    assert inference_scores(run_dir, 1) * 5 < inference_scores(padded_dir, kineto_id(padded_dir))
+    bucketed = shape_work.score_elements(run_dir / "torch.pt.trace.json")
+    assert 0 < bucketed * 5 < shape_work.score_elements(padded_dir / "torch.pt.trace.json")
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tracekit.commands.options import force_option
 from tracekit.errors import ConfigError
 
 
@@ -72,7 +73,7 @@ def _schedule(text: str | None) -> tuple[int, int, int] | None:
               help="Stop collecting after SECONDS (the command is then ended).")  # fmt: skip
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Kill a run (profiler included) that takes longer than SECONDS.")  # fmt: skip
-@click.option("--force", is_flag=True, help="Write into a non-empty run folder.")
+@force_option
 @click.option("-v", "--verbose", is_flag=True,
               help="Show the profilers' own output (nsys progress, libkineto lines).")  # fmt: skip
 @click.option("--allow-empty", is_flag=True,

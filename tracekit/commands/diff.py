@@ -9,6 +9,7 @@ import click
 
 from tracekit.commands.options import (
     cache_dir_option,
+    force_option,
     parse_stage_rules,
     refresh_option,
     stage_option,
@@ -63,7 +64,7 @@ _SUFFIX_FORMAT = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
     metavar="PCT",
     help="Per-call changes below PCT % of the time per call before are 'same'.",
 )
-@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@force_option
 @stage_option
 @cache_dir_option
 @refresh_option

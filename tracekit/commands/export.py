@@ -6,14 +6,19 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands.options import cache_dir_option, parse_stage_rules, stage_option
+from tracekit.commands.options import (
+    cache_dir_option,
+    force_option,
+    parse_stage_rules,
+    stage_option,
+)
 
 
 @click.command("export")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--parquet", "parquet_dir", type=click.Path(path_type=Path), required=True,
               help="Folder to write: a subfolder per table, partitioned by trace_id.")  # fmt: skip
-@click.option("--force", is_flag=True, help="Replace an existing folder.")
+@force_option
 @stage_option
 @cache_dir_option
 def command(sources: tuple[Path, ...], parquet_dir: Path, force: bool,

@@ -8,6 +8,7 @@ import click
 
 from tracekit.commands.options import (
     cache_dir_option,
+    force_option,
     parse_stage_rules,
     refresh_option,
     stage_option,
@@ -26,7 +27,7 @@ from tracekit.store.traceset import write_store
     help="Write one store holding every trace here (default: one cached store per trace, "
     "in the cache directory).",
 )
-@click.option("--force", is_flag=True, help="Overwrite an existing --output store.")
+@force_option
 @click.option(
     "-j",
     "--jobs",

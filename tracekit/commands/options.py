@@ -38,6 +38,14 @@ def stage_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def force_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--force`: the one switch that lets a command replace what it would write (a file, a
+    store, a run folder); without it, an existing output is an error that names it."""
+    return click.option(
+        "--force", is_flag=True, help="Replace an existing output (file, store or run folder)."
+    )(f)
+
+
 def _set_cache_dir(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
     if value is not None:
         from tracekit.store.cache import set_cache_dir

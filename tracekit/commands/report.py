@@ -9,6 +9,7 @@ import click
 from tracekit.commands.options import (
     cache_dir_option,
     engine_option,
+    force_option,
     format_option,
     parse_stage_rules,
     stage_option,
@@ -25,7 +26,7 @@ from tracekit.commands.options import (
     "- is stdout).",
 )
 @format_option(("html", "md", "json"), "html")
-@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@force_option
 @click.option(
     "--top",
     "top_n",

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from tracekit.commands.options import force_option
+
 
 @click.command("scrub")
 @click.argument("source", type=click.Path(path_type=Path))
@@ -13,7 +15,7 @@ import click
 @click.option("--keep-env", is_flag=True, help="Keep environment variables.")
 @click.option("--keep-args", is_flag=True, help="Keep command lines and install paths.")
 @click.option("--keep-hosts", is_flag=True, help="Keep host names and addresses.")
-@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@force_option
 def command(
     source: Path, output: Path, keep_env: bool, keep_args: bool, keep_hosts: bool, force: bool
 ) -> None:
