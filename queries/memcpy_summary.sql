@@ -2,15 +2,12 @@
 -- returns: one row per copy direction (HtoD, DtoH, DtoD, PtoP, HtoH, other) and memset: trace_id, direction, count, bytes, total_ms, mean_us, gb_per_s, pageable_count, pageable_bytes, sync_count, stages
 -- param: $trace_id INTEGER trace to summarize
 -- default: $trace_id 1
--- Direction and pageable memory come from the name ('Memcpy HtoD (Pageable -> Device)' in
--- Kineto, '[CUDA memcpy Host-to-Device]' style in nsys) or from args (copyKind / srcKind /
--- dstKind as names or nsys enum numbers: copy 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP; memory kind 0
--- pageable). A copy is synchronous when the runtime call that launched it is not an *Async API
+-- Direction comes from tk_copy_direction (tracekit/macros.sql); pageable memory from the
+-- name ('Memcpy HtoD (Pageable -> Device)' in Kineto) or from args (srcKind / dstKind as
+-- names or the nsys enum: memory kind 0 pageable). A copy is synchronous when the runtime call that launched it is not an *Async API
 -- (cudaMemcpy, cuMemcpyHtoD ...). gb_per_s = bytes / GPU copy time (decimal GB).
 WITH m AS (
     SELECT e.kind, e.name, e.dur_ns, e.stage, e.args, r.name AS api,
-           lower(coalesce(e.args->>'copyKind', e.args->>'copy_kind', e.args->>'kind', ''))
-               AS ck,
            lower(coalesce(e.args->>'srcKind', e.args->>'src_kind', '')) AS sk,
            lower(coalesce(e.args->>'dstKind', e.args->>'dst_kind', '')) AS dk,
            try_cast(coalesce(e.args->>'bytes', e.args->>'size', '0') AS DOUBLE) AS bytes
@@ -18,20 +15,7 @@ WITH m AS (
     WHERE e.trace_id = $trace_id AND e.kind IN ('memcpy', 'memset')
 ), d AS (
     SELECT *,
-           CASE
-               WHEN kind = 'memset' THEN 'memset'
-               WHEN regexp_matches(name, '(?i)HtoD|Host-to-Device|H2D') OR ck IN ('1', 'htod', 'h2d')
-                   THEN 'HtoD'
-               WHEN regexp_matches(name, '(?i)DtoH|Device-to-Host|D2H') OR ck IN ('2', 'dtoh', 'd2h')
-                   THEN 'DtoH'
-               WHEN regexp_matches(name, '(?i)DtoD|Device-to-Device|D2D') OR ck IN ('8', 'dtod', 'd2d')
-                   THEN 'DtoD'
-               WHEN regexp_matches(name, '(?i)PtoP|Peer-to-Peer|P2P') OR ck IN ('10', 'ptop', 'p2p')
-                   THEN 'PtoP'
-               WHEN regexp_matches(name, '(?i)HtoH|Host-to-Host') OR ck IN ('htoh', 'h2h')
-                   THEN 'HtoH'
-               ELSE 'other'
-           END AS direction,
+           tk_copy_direction(kind, name, args) AS direction,
            regexp_matches(name, '(?i)pageable') OR sk IN ('0', 'pageable') OR dk IN ('0', 'pageable')
                AS pageable,
            api IS NOT NULL AND NOT regexp_matches(api, '(?i)async') AS sync

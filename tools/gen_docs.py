@@ -1,4 +1,5 @@
-"""Docs generated from the code: docs/queries.md from the query catalogue (headers and a real
+"""Docs generated from the code: docs/schema.md's macro table from tracekit/macros.sql's blocks,
+docs/queries.md from the query catalogue (headers and a real
 run of each query on the synthetic trace of tests/synth_kineto.py), the README's command
 table from the click group, and docs/report.md's section list (tracekit/report/sections.py)
 and context model (tracekit/report/model.py, fields with their help text).
@@ -132,6 +133,20 @@ def model_table() -> str:
     return "".join(out)
 
 
+def macros_table() -> str:
+    """docs/schema.md's building blocks, from tracekit/macros.sql's blocks (tk__ are helpers)."""
+    from tracekit import sqlfile
+
+    lines = ["| macro | returns | what |", "|---|---|---|"]
+    for block in sqlfile.load("tracekit", "macros.sql").blocks:
+        if block.name.startswith("tk__"):
+            continue
+        m = re.search(rf"{block.name}(\([^)]*\))", block.sql)
+        call = block.name + (m.group(1) if m else "")
+        lines.append(f"| `{call}` | {block.returns} | {block.summary} |")
+    return "\n".join(lines) + "\n"
+
+
 def report_doc(doc: str) -> str:
     doc = _block(doc, "sections", sections_table(), "docs/report.md")
     return _block(doc, "model", model_table(), "docs/report.md")
@@ -145,6 +160,9 @@ def main() -> None:
         REPO / "docs" / "queries.md": queries_doc(),
         REPO / "README.md": with_command_table((REPO / "README.md").read_text()),
         REPO / "docs" / "report.md": report_doc((REPO / "docs" / "report.md").read_text()),
+        REPO / "docs" / "schema.md": _block(
+            (REPO / "docs" / "schema.md").read_text(), "macros", macros_table(), "docs/schema.md"
+        ),
     }
     stale = [p for p, text in targets.items() if p.read_text() != text]
     if args.check:

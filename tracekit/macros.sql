@@ -9,6 +9,9 @@
 --     WITH iv AS (SELECT device AS key, start_ns, end_ns FROM events WHERE kind = 'kernel')
 --     SELECT * FROM tk_union_ns('iv')
 
+-- name: tk_islands
+-- returns: key, start_ns, end_ns
+-- The union of the intervals of each `key` as disjoint islands (input columns: key, start_ns, end_ns).
 -- tk_islands(intervals) -> (key, start_ns, end_ns): the union of the intervals of each key as
 -- disjoint, maximal islands. Input columns: key (any type: a device, a (device, stream) struct,
 -- a stage ...), start_ns, end_ns. Empty intervals (end <= start) are ignored.
@@ -32,6 +35,9 @@ SELECT s.key, s.start_ns,
            AS end_ns
 FROM starts s JOIN last_end l ON l.key IS NOT DISTINCT FROM s.key;
 
+-- name: tk_union_ns
+-- returns: key, union_ns, first_ns, last_ns, n
+-- The length of that union per key (busy time), with the first start, last end and count.
 -- tk_union_ns(intervals) -> (key, union_ns, first_ns, last_ns, n): the length of the union of
 -- the intervals of each key (overlaps counted once: never a plain sum), their first start,
 -- last end and count. union = span minus the gaps where an interval starts after all earlier
@@ -50,6 +56,9 @@ SELECT key,
        min(start_ns) AS first_ns, max(end_ns) AS last_ns, count(*) AS n
 FROM o GROUP BY key;
 
+-- name: tk_busy_islands
+-- returns: key, island, start_ns, end_ns, busy_before_ns
+-- Those islands numbered 1.. in start order per key, each with the length of the key's earlier ones (what `gpu_islands` stores per device).
 -- tk_busy_islands(intervals) -> (key, island, start_ns, end_ns, busy_before_ns): tk_islands
 -- numbered 1.. in start order per key, each with the length of the key's earlier islands
 -- (disjoint: a running sum). What gpu_islands stores per device, and tk_busy_upto_islands
@@ -61,6 +70,9 @@ SELECT key, row_number() OVER w AS island, start_ns, end_ns,
 FROM tk_islands(intervals)
 WINDOW w AS (PARTITION BY key ORDER BY start_ns);
 
+-- name: tk_busy_upto_islands
+-- returns: key, point_id, busy_ns
+-- Per point (columns key, point_id, t), the length of the union of that key's islands before t, over islands made already (`gpu_islands` with `device AS key`).
 -- tk_busy_upto_islands(islands, points) -> (key, point_id, busy_ns): tk_busy_upto over
 -- islands made already, e.g. the stored ones of a device (gpu_islands: device AS key).
 -- Islands: key, island (1-based in start order per key), start_ns, end_ns, busy_before_ns.
@@ -89,6 +101,9 @@ SELECT p.key, p.point_id,
 FROM counted p LEFT JOIN query_table(islands) c
   ON c.island = p.k AND c.key IS NOT DISTINCT FROM p.key;
 
+-- name: tk_busy_upto
+-- returns: key, point_id, busy_ns
+-- Per point (columns key, point_id, t), the length of the union of that key's intervals before t; two points' difference is the busy time between them.
 -- tk_busy_upto(intervals, points) -> (key, point_id, busy_ns): for each point (columns key,
 -- point_id, t), the length of the union of that key's intervals before t (a device's busy
 -- time up to t). Differences of two points give the busy time between them (a window, a bin),
@@ -100,24 +115,28 @@ WITH cum AS (
 )
 SELECT * FROM tk_busy_upto_islands('cum', points);
 
+-- name: tk_op_name
+-- returns: VARCHAR
+-- An op's name without torch emit_nvtx's `, seq = N, op_id = M` suffixes.
 -- tk_op_name(name): an op's name without the per-call suffixes torch's emit_nvtx adds
 -- ('aten::addmm, seq = 47588, op_id = 999618' -> 'aten::addmm'), so one op is one group.
 CREATE OR REPLACE TEMP MACRO tk_op_name(name) AS
 regexp_replace(name, ',\s*(seq|op_id|sizes)\s*=.*$', '');
 
--- tk_kernel_name(name): a short display name for a kernel, a pure function of its full name,
--- so the same kernel gets the same short name in every trace (diffs match on it):
--- 'void flash_fwd_kernel<Flash_fwd_kernel_traits<...>, ...>(Flash_fwd_params)'
---   -> 'flash_fwd_kernel<…>'; 'void at::native::vectorized_elementwise_kernel<4, ...>(...)'
---   -> 'vectorized_elementwise_kernel<…>'. Generic wrappers (cutlass::Kernel2, device_kernel
--- ...) keep their namespace and the first template word that says what they compute:
---   -> 'cutlass::Kernel2<…cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x1_tn_align8…>'.
--- Names without templates or parameters (nsys short names) pass unchanged, cut to 80 characters.
+-- name: tk__kn_clean
+-- returns: VARCHAR
+-- tk_kernel_name's helper: the name without anonymous namespaces and a leading return type.
 CREATE OR REPLACE TEMP MACRO tk__kn_clean(name) AS
 regexp_replace(regexp_replace(name, '(\(anonymous namespace\)|<unnamed>)::', '', 'g'),
                '^(void|int|float|auto)\s+', '');
+-- name: tk__kn_templated
+-- returns: BOOLEAN
+-- tk_kernel_name's helper: whether the name has template arguments before its parameters.
 CREATE OR REPLACE TEMP MACRO tk__kn_templated(s) AS
 position('<' IN s) > 0 AND (position('(' IN s) = 0 OR position('<' IN s) < position('(' IN s));
+-- name: tk__kn_short
+-- returns: VARCHAR
+-- tk_kernel_name's helper: the short name from the cleaned name and its qualified part.
 CREATE OR REPLACE TEMP MACRO tk__kn_short(s, qualified) AS
 CASE
     WHEN qualified = '' THEN left(s, 80)
@@ -131,9 +150,23 @@ CASE
     WHEN tk__kn_templated(s) THEN left(regexp_extract(qualified, '([^:]+)$', 1), 80) || '<…>'
     ELSE left(regexp_extract(qualified, '([^:]+)$', 1), 80)
 END;
+-- name: tk_kernel_name
+-- returns: VARCHAR
+-- A short display name for a kernel, a pure function of its full name (the same in every trace): `flash_fwd_kernel<…>`, `cutlass::Kernel2<…gemm…>`.
+-- tk_kernel_name(name): a short display name for a kernel, a pure function of its full name,
+-- so the same kernel gets the same short name in every trace (diffs match on it):
+-- 'void flash_fwd_kernel<Flash_fwd_kernel_traits<...>, ...>(Flash_fwd_params)'
+--   -> 'flash_fwd_kernel<…>'; 'void at::native::vectorized_elementwise_kernel<4, ...>(...)'
+--   -> 'vectorized_elementwise_kernel<…>'. Generic wrappers (cutlass::Kernel2, device_kernel
+-- ...) keep their namespace and the first template word that says what they compute:
+--   -> 'cutlass::Kernel2<…cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x1_tn_align8…>'.
+-- Names without templates or parameters (nsys short names) pass unchanged, cut to 80 characters.
 CREATE OR REPLACE TEMP MACRO tk_kernel_name(name) AS
 tk__kn_short(tk__kn_clean(name), trim(regexp_extract(tk__kn_clean(name), '^([^<(]*)', 1)));
 
+-- name: tk_copy_direction
+-- returns: VARCHAR
+-- HtoD, DtoH, DtoD, PtoP, HtoH, other (or memset) for a copy, from its name or args.
 -- tk_copy_direction(kind, name, args): 'HtoD', 'DtoH', 'DtoD', 'PtoP', 'HtoH', 'other' for a
 -- memcpy row ('memset' for a memset), from its name ('Memcpy HtoD (Pageable -> Device)' in
 -- Kineto, '[CUDA memcpy Host-to-Device]' in nsys) or args copyKind (names or the nsys enum:
@@ -160,12 +193,18 @@ CREATE OR REPLACE TEMP MACRO tk_copy_direction(kind, name, args) AS (
     END
 );
 
+-- name: tk_category_rules
+-- returns: a table: priority, category, target, pattern
+-- The GPU category rules, filled from tracekit/categories.toml and a tracekit.toml's [[category]] tables.
 -- tk_category_rules: (priority, category, target, pattern), filled by tracekit from
 -- tracekit/categories.toml (plus [[category]] tables of a tracekit.toml, tried first).
 CREATE TEMP TABLE IF NOT EXISTS tk_category_rules (
     priority INTEGER, category VARCHAR, target VARCHAR, pattern VARCHAR
 );
 
+-- name: tk_gpu_activity
+-- returns: one row per kernel/memcpy/memset
+-- Every GPU activity of a trace with short_name, device (-1 if none), stream, times, stage, request_id, op (launching host op), direction and its one category.
 -- tk_gpu_activity(tid) -> one row per kernel, memcpy and memset of trace `tid`: trace_id,
 -- event_id, kind, name, short_name, device (-1 when the source names none), stream, start_ns,
 -- end_ns, dur_ns, stage, request_id, op (events.launch_op: the host op that launched it,
@@ -215,6 +254,9 @@ FROM with_op w LEFT JOIN cat c ON c.name = w.name AND c.op IS NOT DISTINCT FROM 
 -- distinct names)
 LEFT JOIN short s ON s.name = w.name;
 
+-- name: tk_device_names
+-- returns: device, device_name
+-- The GPU names a trace records (`traces.devices`), 'GPU <n>' where it records none.
 -- tk_device_names(tid) -> (device, device_name): the GPU names trace `tid` records
 -- (traces.devices), 'GPU <n>' where it records none; -1 is 'GPU (unnamed)'.
 CREATE OR REPLACE TEMP MACRO tk_device_names(tid) AS TABLE
@@ -224,6 +266,9 @@ WITH d AS (
 SELECT TRY_CAST(d->>'id' AS INTEGER) AS device, min(d->>'name') AS device_name
 FROM d WHERE TRY_CAST(d->>'id' AS INTEGER) IS NOT NULL GROUP BY 1;
 
+-- name: tk_stage_samples
+-- returns: trace_id, request_id, stage, dur_ns
+-- One sample per request and stage over every trace, with `end_to_end` and `unattributed` (what stage percentiles, diff and check read).
 -- tk_stage_samples() -> (trace_id, request_id, stage, dur_ns): one sample per request and
 -- stage, over every trace: a stage's time in a request is the sum of its ranges' durations
 -- there; `end_to_end` is the request's duration; `unattributed` the request minus the union
@@ -252,6 +297,9 @@ UNION ALL
 SELECT r.trace_id, r.request_id, 'unattributed', r.dur_ns - coalesce(c.covered_ns, 0)
 FROM req r LEFT JOIN covered c USING (trace_id, request_id);
 
+-- name: tk_stage_parents
+-- returns: stage, parent
+-- Stage nesting of one trace: the enclosing stage of every range of `stage`, when all of them have one (NULL: top level).
 -- tk_stage_parents(trace) -> (stage, parent): stage nesting of one trace. A stage's parent is
 -- the most common enclosing stage of its ranges (stages.parent_stage, derived at ingest: the
 -- innermost range of another stage on the same thread that contains the range) when every one
@@ -260,6 +308,9 @@ CREATE OR REPLACE TEMP MACRO tk_stage_parents(trace) AS TABLE
 SELECT stage, CASE WHEN count(parent_stage) = count(*) THEN mode(parent_stage) END AS parent
 FROM stages WHERE trace_id = trace GROUP BY stage;
 
+-- name: tk_stage_ancestors
+-- returns: stage, ancestor, via, lvl
+-- Every ancestor of a nested stage; `via` is the ancestor's child on the way down, lvl 1 the parent.
 -- tk_stage_ancestors(trace) -> (stage, ancestor, via, lvl): every ancestor of each nested
 -- stage (tk_stage_parents), with `via` the ancestor's child on the way down and lvl 1 for the
 -- parent; at most 8 levels.

@@ -1,40 +1,32 @@
-"""Named queries: `queries/<name>.sql` files with a metadata header, validated when loaded.
+"""Named queries: `queries/<name>.sql` files, one block each of the grammar every shipped
+.sql file follows (tracekit/sqlfile.py), validated when loaded:
 
-Header lines (before the first SQL line):
     -- name: stage_summary
     -- returns: one row per stage: stage, count, total_ms, ...
-    -- param: $trace_id INTEGER trace to summarize (default 1)
+    -- param: $trace_id INTEGER trace to summarize
+    -- default: $trace_id 1
     -- Free text lines describe the question.
-Parameters are DuckDB `$name` placeholders, always bound, never formatted into the text.
-A `-- default: $name VALUE` line gives a parameter's default.
+Parameters are DuckDB `$name` placeholders, bound by the engine, never formatted into the text.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from tracekit import sqlfile
 from tracekit.errors import QueryError
+from tracekit.sqlfile import Param
 
 if TYPE_CHECKING:
     import polars as pl
 
     RunSql = Callable[[str, dict[str, Any] | None], pl.DataFrame]
 
-_PARAM_USE = re.compile(r"(?<![\w$:])\$([A-Za-z_]\w*)")
 _TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": bool}
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    type: str
-    description: str
-    default: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,71 +77,24 @@ def _convert(query: str, p: Param, raw: Any) -> Any:
 
 
 def parse_query(text: str, source: str) -> NamedQuery:
-    """Parse and validate one query file's text."""
-    meta: dict[str, str] = {}
-    params: list[Param] = []
-    defaults: dict[str, str] = {}
-    description: list[str] = []
-    body_start = None
-    lines = text.splitlines()
-    for lineno, line in enumerate(lines, 1):
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if not stripped.startswith("--"):
-            body_start = lineno
-            break
-        content = stripped[2:].strip()
-        key, sep, value = content.partition(":")
-        key = key.strip().lower()
-        if sep and key in ("name", "returns"):
-            meta[key] = value.strip()
-        elif sep and key == "param":
-            m = re.match(r"\$([A-Za-z_]\w*)\s+(\w+)\s*(.*)", value.strip())
-            if not m:
-                raise QueryError(f"{source}:{lineno}: malformed param line (want: $name TYPE text)")
-            params.append(Param(m.group(1), m.group(2).upper(), m.group(3).strip()))
-        elif sep and key == "default":
-            m = re.match(r"\$([A-Za-z_]\w*)\s+(.+)", value.strip())
-            if not m:
-                raise QueryError(f"{source}:{lineno}: malformed default line (want: $name VALUE)")
-            defaults[m.group(1)] = m.group(2).strip()
-        else:
-            description.append(content)
-    for required in ("name", "returns"):
-        if required not in meta:
-            raise QueryError(f"{source}:1: header lacks '-- {required}:'")
-    if body_start is None:
-        raise QueryError(f"{source}: no SQL after the header")
-    body = "\n".join(lines[body_start - 1 :])
-    code = _strip_comments_and_strings(body)
-    used = set(_PARAM_USE.findall(code))
-    declared = {p.name for p in params}
-    for name in sorted(used - declared):
-        raise QueryError(f"{source}:{_line_of(lines, '$' + name)}: ${name} used but not declared")
-    for name in sorted(declared - used):
-        raise QueryError(f"{source}:{_line_of(lines, '$' + name)}: ${name} declared but not used")
-    for name in sorted(set(defaults) - declared):
-        raise QueryError(f"{source}:{_line_of(lines, '$' + name)}: default for undeclared ${name}")
-    if "order by" not in code.lower():
+    """Parse and validate one query file's text: one block of tracekit/sqlfile.py's grammar,
+    with a `-- returns:` line and an ORDER BY (deterministic output)."""
+    try:
+        parsed = sqlfile.parse(text, source)
+    except sqlfile.SqlFileError as e:
+        message = str(e).replace("no `-- name:` block", "header lacks '-- name:'")
+        raise QueryError(message) from None
+    if len(parsed.blocks) != 1:
+        raise QueryError(f"{parsed.blocks[1].source}: a query file holds one query")
+    block = parsed.blocks[0]
+    if not block.returns:
+        raise QueryError(f"{block.source}: header lacks '-- returns:'")
+    if block.splices:
+        raise QueryError(f"{block.source}: queries take $parameters, not @splices")
+    if "order by" not in sqlfile.code_only(block.sql).lower():
         raise QueryError(f"{source}: every query needs an ORDER BY (deterministic output)")
-    params = [Param(p.name, p.type, p.description, defaults.get(p.name)) for p in params]
-    return NamedQuery(meta["name"], meta["returns"], " ".join(description), tuple(params),
-                      body, source)  # fmt: skip
-
-
-def _line_of(lines: list[str], needle: str) -> int:
-    for i, line in enumerate(lines, 1):
-        if needle in line:
-            return i
-    return 1
-
-
-def _strip_comments_and_strings(sql: str) -> str:
-    # One left-to-right pass: a quote inside a comment ("the chain's") or "--" inside a string
-    # is then just text.
-    return re.sub(r"'(?:[^']|'')*'|--[^\n]*",
-                  lambda m: "''" if m.group(0).startswith("'") else "", sql)  # fmt: skip
+    return NamedQuery(block.name, block.returns, block.description, block.params,
+                      block.sql, source)  # fmt: skip
 
 
 @cache

@@ -11,13 +11,13 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import orjson
 
+from tracekit import sqlfile
 from tracekit.ingest.common import (
     STAGING_TABLE,
     EventWriter,
@@ -38,6 +38,7 @@ from tracekit.ingest.json_scan import (
     write_part,
 )
 from tracekit.progress import NO_PROGRESS, Progress
+from tracekit.store.literals import string_literal
 
 # Category → kind. Old (2021) Kineto used Operator/Runtime/Kernel/Memcpy/Memset.
 CATEGORY_KINDS = {
@@ -261,11 +262,12 @@ _Cut = tuple[int, int] | None
 
 
 def _sql_sections(trace_id: int) -> dict[str, str]:
-    """kineto.sql by `-- @name` section ('setup' before the first), constants spliced in."""
-    script = files("tracekit.ingest").joinpath("kineto.sql").read_text()
-    script = script.replace("@kind_case", _KIND_CASE).replace("@trace_id", str(int(trace_id)))
-    parts = re.split(r"^-- @(\w+)\b.*$", script, flags=re.M)
-    return {"setup": parts[0], **dict(zip(parts[1::2], parts[2::2], strict=True))}
+    """kineto.sql's blocks by name, the trace's constants spliced in (the chunk's later)."""
+    constants = {"kind_case": _KIND_CASE, "trace_id": str(int(trace_id))}
+    return {
+        b.name: b.spliced(**{k: v for k, v in constants.items() if k in dict(b.splices)})
+        for b in sqlfile.load("tracekit.ingest", "kineto.sql").blocks
+    }
 
 
 # How far past a chunk the unzip must be before the chunk is cut: room for the element
@@ -314,7 +316,7 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
                     # no boundary in what is written yet
                     complete = array.wait_for(array.end + CHUNK_BYTES + UNZIP_CUT_ROOM)
                 try:
-                    _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
+                    _parse_parts(con, src, files, start, cuts, array.end, done)
                 except duckdb.InvalidInputException:
                     if cuts == [None]:
                         raise
@@ -322,7 +324,7 @@ def _load_chunks(con: duckdb.DuckDBPyConnection, array: EventsArray, part_prefix
                     if not array.complete and cuts[-1] is None:  # (what is written ran out)
                         array.wait_for(sys.maxsize)
                         cuts = _cuts(start, n_parts, exact)
-                    _parse_parts(con, src, files, start, cuts, array.end, sql["chunk"], done)
+                    _parse_parts(con, src, files, start, cuts, array.end, done)
                 finally:
                     con.execute(restore)  # (the mapping measured 1.5x slower with order kept)
                 done += _map_chunk_rows(con, sql, fates)
@@ -365,17 +367,17 @@ def _cuts(start: int, n_parts: int, cut: Callable[[int], _Cut]) -> list[_Cut]:
 
 
 def _parse_parts(con: duckdb.DuckDBPyConnection, src: Any, files: list[Path], start: int,
-                 cuts: list[_Cut], end: int, parse: str,
-                 done: int) -> None:  # fmt: skip
+                 cuts: list[_Cut], end: int, done: int) -> None:  # fmt: skip
     """Parse the array's parts from `start` (to each cut; after no cut, to the array's end)."""
     pos = start
     for path, cut in zip(files, cuts, strict=False):
         write_part(src, path, pos, cut[0] if cut is not None else end, close=cut is not None)
         pos = cut[1] if cut is not None else end
-    listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in files[: len(cuts)])
+    listed = ", ".join(string_literal(str(p)) for p in files[: len(cuts)])
     # The rows' order is their position: kept by the parse.
     con.execute("SET preserve_insertion_order = true")
-    con.execute(parse.replace("@chunk_files", f"[{listed}]").replace("@offset", str(done)))
+    chunk = sqlfile.load("tracekit.ingest", "kineto.sql")["chunk"]
+    con.execute(chunk.spliced(chunk_files=f"[{listed}]", offset=str(int(done))))
 
 
 def _map_chunk_rows(con: duckdb.DuckDBPyConnection, sql: dict[str, str], fates: _Fates) -> int:

@@ -5,8 +5,8 @@
 -- chunk is mapped: the parse holds one chunk, not the file, in memory (the whole 1e6-event
 -- file took 290 MB). An element over 16 MiB (read_json asks for twice that in one buffer,
 -- within the build's memory limit) makes kineto.py use the Python mapper.
--- Sections, split by kineto.py at the `-- @name` lines:
---   (first)   macros; views over the chunk being read (_kineto_raw, numbered by the view
+-- Blocks (tracekit/sqlfile.py's grammar), run by kineto.py:
+--   setup     macros; views over the chunk being read (_kineto_raw, numbered by the view
 --             _kineto_rows): _kineto_fated, each element's fate ('placed', 'skipped',
 --             'elsewhere', 'python') and reason under the Python mapper's rules, and
 --             _kineto_placed, the placed ones mapped to events' columns; the tables the
@@ -15,20 +15,24 @@
 --             _kineto_rare      the 'python' rows (metadata, instants, begin/end pairs,
 --                               unknown phases) as read, for kineto.py to map.
 --             _kineto_labelled  placed rows whose pid or tid is a label, not an integer.
---   @chunk    parses one chunk into _kineto_raw, from a few files read in parallel
+--   chunk     parses one chunk into _kineto_raw, from a few files read in parallel
 --             (@chunk_files: their list; @offset: the elements before them; event_id =
 --             1-based position in traceEvents). read_json reads a file on one thread: two
 --             files of 32 MB parsed in 0.09 s, their 64 MB in one file in 0.18 s. Parsing
 --             into a table and mapping from it measured 2.8 s per 1e6 events, the mapping
 --             inside the read_json query 4.0 s.
---   @fates, @placed, @labelled, @rare   run per chunk on _kineto_rows (the last two only
+--   fates, placed, labelled, rare   run per chunk on _kineto_rows (the last two only
 --             when the fates say the chunk has such rows).
---   @labels   run only when a pid/tid was not an integer: _kineto_labels(label, id) is filled
+--   labels    run only when a pid/tid was not an integer: _kineto_labels(label, id) is filled
 --             by kineto.py (ids -1, -2, ... by first appearance, pid before tid), then written
 --             where the Python mapper puts them.
 -- Spliced in: @trace_id (an integer); @kind_case, a CASE over cat_l built from kineto.py's
 -- CATEGORY_KINDS (a join to a table of them cost 0.4 s per 1e6 events).
 
+-- name: setup
+-- Macros, the views over the chunk being read, and the tables the chunks fill.
+-- splice: @kind_case a CASE over cat_l from kineto.py's CATEGORY_KINDS
+-- splice: @trace_id the trace's id (an integer)
 -- A pid/tid as an integer when it is one ("4242", "stream 7", 1.5 → 1), else NULL.
 CREATE OR REPLACE TEMP MACRO tk_not_min(v) AS CASE WHEN v > -9223372036854775808 THEN v END;
 -- (First the common case, an integer as JSON writes it: a cast and back, half a regex's cost.)
@@ -174,7 +178,9 @@ SELECT @trace_id AS trace_id, event_id, kind, coalesce(name, '') AS name,
     pid_label, tid_label, gpu, arg_device, arg_stream
 FROM m;
 
--- @chunk
+-- name: chunk
+-- splice: @chunk_files the chunk's part files, a list literal
+-- splice: @offset the elements before the chunk (an integer)
 CREATE OR REPLACE TEMP TABLE _kineto_raw AS
 SELECT ph, cat, name, pid, tid, ts, dur, args
 FROM read_json(@chunk_files, format = 'array', maximum_object_size = 16777216,
@@ -185,27 +191,30 @@ FROM read_json(@chunk_files, format = 'array', maximum_object_size = 16777216,
 CREATE OR REPLACE TEMP VIEW _kineto_rows AS
 SELECT rowid + 1 + @offset AS event_id, * FROM _kineto_raw;
 
--- @fates (per fate and pid/tid label: a handful of groups)
+-- name: fates
+-- (per fate and pid/tid label: a handful of groups)
 SELECT fate, reason, pid_label, tid_label, count(*), min(event_id)
 FROM _kineto_fated GROUP BY ALL;
 
--- @placed
+-- name: placed
 INSERT INTO _events_raw
 SELECT trace_id, event_id, kind, name, start_ns, end_ns, dur_ns, pid, tid, device, stream,
        correlation, external_id, args
 FROM _kineto_placed;
 
--- @labelled (only when the chunk has placed rows with a label)
+-- name: labelled
+-- (only when the chunk has placed rows with a label)
 INSERT INTO _kineto_labelled
 SELECT event_id, pid_label, tid_label, gpu, arg_device, arg_stream
 FROM _kineto_placed WHERE pid_label IS NOT NULL OR tid_label IS NOT NULL;
 
--- @rare (only when the chunk has 'python' rows; the same test as the fate's)
+-- name: rare
+-- (only when the chunk has 'python' rows; the same test as the fate's)
 INSERT INTO _kineto_rare
 SELECT event_id, ph, cat, name, pid, tid, ts, dur, args
 FROM _kineto_rows WHERE ph IS NULL OR ph NOT IN ('X', 's', 't', 'f', 'C');
 
--- @labels
+-- name: labels
 CREATE OR REPLACE TEMP TABLE _kineto_relabel AS
 SELECT b.event_id,
        CASE WHEN NOT b.gpu THEN p.id END AS pid, CASE WHEN NOT b.gpu THEN t.id END AS tid,
@@ -225,7 +234,9 @@ FROM _kineto_relabel l WHERE _events_raw.event_id = l.event_id;
 -- Each section leaves (what, reason, count) groups for kineto.py's counts: what is 'placed',
 -- 'skipped' or 'elsewhere'.
 
--- @instants (ph i/I/R → kind 'mark', start = end = ts; args gain the category)
+-- name: instants
+-- splice: @trace_id the trace's id (an integer)
+-- (ph i/I/R → kind 'mark', start = end = ts; args gain the category)
 CREATE OR REPLACE TEMP TABLE _kineto_instants AS
 WITH x AS (
     SELECT r.*, tk_us_to_ns(r.ts) AS start_h, tk_thread_int(r.pid) AS pid_i,
@@ -249,7 +260,8 @@ WHERE reason IS NULL AND ((pid_i IS NULL AND pid IS NOT NULL) OR (tid_i IS NULL 
 SELECT CASE WHEN reason IS NULL THEN 'placed' ELSE 'skipped' END, reason, count(*)
 FROM _kineto_instants GROUP BY ALL;
 
--- @pairs (ph B/E per raw (pid, tid), in file order: an E closes the latest open B, or is
+-- name: pairs
+-- (ph B/E per raw (pid, tid), in file order: an E closes the latest open B, or is
 -- skipped when none is open). A stack that ignores pops when empty has, after each event,
 -- the depth run - least(0, min(run so far)) (run: the plain running sum of +1/-1); an E is
 -- unmatched when the depth before it is 0. A B at depth d is closed by the next matched E at
@@ -305,7 +317,8 @@ SELECT 'skipped', reason, count(*) FROM (
     UNION ALL SELECT end_reason FROM _kineto_paired
 ) WHERE reason IS NOT NULL GROUP BY reason;
 
--- @metadata (ph M: process_name/thread_name → threads; the label is args.name as Python's str()
+-- name: metadata
+-- (ph M: process_name/thread_name → threads; the label is args.name as Python's str()
 -- spells it, NULL here when only Python can (a float, list or object: kineto.py fills it))
 CREATE OR REPLACE TEMP TABLE _kineto_meta AS
 WITH m AS (
@@ -324,7 +337,9 @@ SELECT m.*, CASE coalesce(json_type(label_json), 'NULL')
 FROM m;
 SELECT event_id, label_json::VARCHAR FROM _kineto_meta WHERE label IS NULL;
 
--- @threads (one row per (pid, tid): a process_name's tid is NULL; the last name of each wins)
+-- name: threads
+-- splice: @trace_id the trace's id (an integer)
+-- (one row per (pid, tid): a process_name's tid is NULL; the last name of each wins)
 INSERT INTO threads
 SELECT @trace_id, pid_i, tid_i,
        arg_max(label, event_id) FILTER (WHERE what = 'process_name'),

@@ -7,6 +7,7 @@ from importlib.resources import files
 
 import duckdb
 
+from tracekit import sqlfile
 from tracekit.ingest.common import STAGING_TABLE
 from tracekit.progress import NO_PROGRESS, Progress
 from tracekit.store.literals import execute
@@ -27,12 +28,9 @@ def events_ddl() -> str:
 
 
 def derive_steps() -> list[tuple[str, str]]:
-    """derive.sql as (what, SQL) steps, split at its `-- @step <what>` lines."""
-    script = files("tracekit.store").joinpath("derive.sql").read_text()
-    parts = re.split(r"^-- @step (.+)$", script, flags=re.M)
-    if any(line.strip() and not line.startswith("--") for line in parts[0].splitlines()):
-        raise RuntimeError("derive.sql: SQL before its first `-- @step` line")  # (a packaging bug)
-    return [(what.strip(), sql) for what, sql in zip(parts[1::2], parts[2::2], strict=True)]
+    """derive.sql as (what, SQL) steps: its blocks, each named for the progress line."""
+    blocks = sqlfile.load("tracekit.store", "derive.sql").blocks
+    return [(b.name.replace("_", " "), b.sql) for b in blocks]
 
 
 def derive(

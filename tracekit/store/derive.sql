@@ -5,9 +5,10 @@
 -- call, by correlation within the process), stage and request_id (attribution rules of
 -- docs/architecture.md), and the stages and requests tables.
 -- Input: temp table _stage_rules(stage VARCHAR, pattern VARCHAR) made by tracekit/store/derive.py.
--- derive.py runs it step by step, at the `-- @step <what>` lines (the progress line names them).
+-- derive.py runs its blocks (tracekit/sqlfile.py's grammar) in order; the progress line names
+-- each by its name, underscores as spaces.
 
--- @step nesting
+-- name: nesting
 -- 1. Nesting. A sweep over start and end points per thread, in order: at a start point, the
 -- starts so far less the ends so far is the depth + 1. Ties: ends before starts; longer events
 -- start first; inner events end first; zero-length events end right after they start.
@@ -48,7 +49,7 @@ FROM _nest n JOIN _events_raw e USING (event_id)
 WHERE n.parent_id IS NOT NULL
 GROUP BY n.parent_id;
 
--- @step launches
+-- name: launches
 -- 2. Launches: each GPU row to the runtime call with its correlation id in the same process
 -- (Kineto GPU rows carry no host pid: the id is unique within the trace there). When a driver
 -- call nests inside a runtime call with the same id, the outer (earliest) one launched it.
@@ -87,7 +88,7 @@ FROM gpu g
 LEFT JOIN ext_op x ON x.external_id = g.external_id
 LEFT JOIN parent_op p ON p.event_id = g.launch_parent;
 
--- @step stages
+-- name: stages
 -- 3. Stages: tracekit:<stage> ranges, plus user rules (outermost match per thread). Each
 -- rule's regex runs once per distinct name, not per event (1e6 Kineto events: 2-3 s -> 0.1 s).
 CREATE OR REPLACE TEMP TABLE _rule_hits AS
@@ -121,7 +122,7 @@ FROM (
 ) h
 WHERE h.before_end IS NULL OR h.before_end < h.end_ns;
 
--- @step requests
+-- name: requests
 -- 4. Requests: tracekit:request ranges; else ProfilerStep#N; else one request per run of
 -- stages that starts again each time the first stage name recurs.
 CREATE OR REPLACE TEMP TABLE _req_ranges AS
@@ -198,7 +199,7 @@ SELECT 1, row_number() OVER (ORDER BY start_ns, event_id NULLS LAST), start_ns, 
        end_ns - start_ns, source, event_id, pid, tid
 FROM _req_ranges;
 
--- @step inferred stages
+-- name: inferred_stages
 -- 4b. A trace with no stage (no tracekit ranges, no --stage rule matched) gets inferred ones,
 -- under each request (or anywhere, for a 'window' request), from the first source it has:
 --   modules: torch.profiler nn.Module frames ('nn.Module: BertLayer_3' -> stage BertLayer);
@@ -291,7 +292,7 @@ WHERE d.depth = (SELECT depth FROM pick);
 DELETE FROM requests
 WHERE source = 'window' AND (SELECT count(*) FROM _stage_ranges) = 0;
 
--- @step requests of stages
+-- name: requests_of_stages
 -- A stage belongs to the request that contains its start, same thread first.
 CREATE OR REPLACE TEMP TABLE _stage_req AS
 WITH same_thread AS (
@@ -350,7 +351,7 @@ FROM (
 ) enc
 WHERE stages.event_id = enc.event_id AND enc.parent IS NOT NULL;
 
--- @step stage and request of each event
+-- name: stage_and_request_of_each_event
 -- 5. Host events take the innermost open stage/request on their thread - of the ranges that
 -- contain the event's start, the one started last (for equal starts, the shorter) - and GPU
 -- rows those of the runtime call that launched them (the NVTX "GPU projection"). First the
@@ -441,7 +442,7 @@ UPDATE _host_attr SET request_id = o.value
 FROM tk_innermost_open('_req_enc', '_req_encl', '_req_unplaced') o
 WHERE _host_attr.event_id = o.event_id;
 
--- @step derived columns
+-- name: derived_columns
 -- 6. One narrow row of derived columns per host event and per GPU row, then one join onto the
 -- staged rows. Five joins of the wide rows, ordered by event_id, took 17.6 s for 11.9e6 nsys
 -- rows; this table plus one unordered join, 10.3-11.4 s (bench/results.md). `events` is not
@@ -467,7 +468,7 @@ FROM _launch l
 LEFT JOIN _host_attr la ON la.event_id = l.launch_id
 LEFT JOIN _op_names o ON o.launch_op = l.launch_op;
 
--- @step writing events
+-- name: writing_events
 -- The commit of this insert checkpoints: it writes the rows to the file once, compressed,
 -- where a commit that does not writes them to the WAL first, for the next checkpoint to
 -- write again (0.1 s of a 1 s build of a 75k-event trace). Only here: each commit that
