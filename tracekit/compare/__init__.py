@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tracekit.compare.budgets import Budget, parse_budget, parse_budget_file
 from tracekit.compare.check import CheckResult, run_check
-from tracekit.compare.diff import DiffResult, diff_runs
+from tracekit.compare.diff import diff_runs
+from tracekit.compare.result import DiffResult
 from tracekit.compare.metrics import RunMetrics, extract_run, load_side
 
 __all__ = [
