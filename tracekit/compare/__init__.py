@@ -5,8 +5,8 @@ from __future__ import annotations
 from tracekit.compare.budgets import Budget, parse_budget, parse_budget_file
 from tracekit.compare.check import CheckResult, run_check
 from tracekit.compare.diff import diff_runs
-from tracekit.compare.result import DiffResult
 from tracekit.compare.metrics import RunMetrics, extract_run, load_side
+from tracekit.compare.result import DiffResult
 
 __all__ = [
     "Budget", "CheckResult", "DiffResult", "RunMetrics", "diff_runs", "extract_run",
