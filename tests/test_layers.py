@@ -131,3 +131,41 @@ def test_the_map_draws_the_same_layers() -> None:
     rows = [line.split("|")[1].strip() for line in doc.splitlines() if line.startswith("| ")]
     names = [name for name, _ in LAYERS]
     assert [r for r in rows if r in names] == names
+
+
+# Commands import the library when they run, by design (cli.py: `tracekit --help` imports none
+# of them); the package root loads tracekit.open at first use (PEP 562).
+_LAZY_BY_DESIGN = ("tracekit.commands", "tracekit.cli", "tracekit.__main__")
+
+
+def test_every_lazy_import_says_why() -> None:
+    """An import inside a function saves start-up time or a dependency; `# lazy: <why>` on
+    its line (or above its group of imports) says which, so none hides a circle unexplained."""
+    silent = []
+    for mod, path in modules().items():
+        if mod == "tracekit" or mod.startswith(_LAZY_BY_DESIGN):
+            continue
+        source = path.read_text()
+        lines = source.splitlines()
+        tree = ast.parse(source, str(path))
+        skip = _type_checking_lines(tree)
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.ImportFrom | ast.Import) or node.lineno in skip:
+                    continue
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                )
+                if not any(n.startswith("tracekit") for n in names):
+                    continue
+                first = node.lineno - 1  # a group of imports shares the comment above it
+                while first > 0 and lines[first - 1].lstrip().startswith(("from ", "import ")):
+                    first -= 1
+                around = lines[max(first - 1, 0) : (node.end_lineno or node.lineno)]
+                if not any("# lazy:" in line for line in around):
+                    silent.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert not silent, "imports inside functions without `# lazy: <why>`:\n" + "\n".join(silent)

@@ -91,7 +91,7 @@ def _torch_check() -> Check:
 
 def _sqlite_extension_check() -> Check:
     try:
-        from tracekit.ingest.nsys_source import extension_path
+        from tracekit.ingest.nsys_source import extension_path  # lazy: duckdb, only for this check
 
         ext = extension_path()
     except ImportError:

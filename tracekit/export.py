@@ -40,7 +40,10 @@ def export_parquet(
     force: bool = False,
 ) -> ExportResult:
     """Write the tables of the traces/stores `sources` as Parquet under `out`."""
-    from tracekit.store.traceset import input_files, open_traces
+    from tracekit.store.traceset import (  # lazy: duckdb at first use (start-up)
+        input_files,
+        open_traces,
+    )
 
     out = Path(out)
     check_output(out, input_files(sources), force, folder=True)

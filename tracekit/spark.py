@@ -89,7 +89,7 @@ class SparkTraceSet:
     def sql(
         self, query: str, params: dict[str, Any] | None = None, dialect: str = "duckdb"
     ) -> pl.DataFrame:
-        from tracekit.spark_sql import to_spark
+        from tracekit.spark_sql import to_spark  # lazy: sqlglot, only when Spark runs SQL
 
         try:
             text = query if dialect == "spark" else to_spark(query, self.approx_percentiles)
@@ -105,7 +105,7 @@ class SparkTraceSet:
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Run the named query over every trace (or `trace_id=N`), as TraceSet.query."""
-        from tracekit.sql import run_named_query
+        from tracekit.sql import run_named_query  # lazy: the catalogue at first use
 
         return run_named_query(self.sql, name, params)
 

@@ -73,6 +73,7 @@ def _wrap(fn: Any, stage_name: str) -> Any:
         return fn
     import functools
 
+    # lazy: in the user's process, only once a hooked function runs (nvtx, torch)
     from tracekit import annotate
     from tracekit.capture.call_facts import call_facts, param_names
 

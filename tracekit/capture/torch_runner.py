@@ -142,7 +142,7 @@ def run(argv: list[str]) -> int:
     targets += [parse_request_target(s) for s in args.request]
     hooks = StageHooks(targets, aliases)
     hooks.install()
-    from tracekit import annotate
+    from tracekit import annotate  # lazy: nvtx/torch after the profiler's set-up
 
     if args.trace is not None and args.warmup > 0:
         # The profiler starts when the warm-up ends: warm-up requests are in no trace and
@@ -178,7 +178,7 @@ def run(argv: list[str]) -> int:
 
 
 def _finish(args: argparse.Namespace, hooks: StageHooks) -> None:
-    from tracekit import annotate
+    from tracekit import annotate  # lazy: nvtx/torch after the profiler's set-up
 
     prof = annotate.bound_profiler()
     if annotate.warmup_left() > 0:

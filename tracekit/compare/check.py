@@ -10,6 +10,7 @@ from pathlib import Path
 from tracekit.atomic import atomic_output
 from tracekit.compare.budgets import Budget, Outcome, evaluate
 from tracekit.compare.metrics import RunMetrics, expand_runs, load_side
+from tracekit.errors import ConfigError
 from tracekit.store.stages import StageRule
 
 
@@ -62,8 +63,6 @@ def check_metrics(metrics: RunMetrics, budgets: Sequence[Budget],
     outcomes: list[Outcome | KernelOutcome] = [evaluate(b, metrics, baseline) for b in budgets]
     if top_kernels is not None:
         if baseline is None:
-            from tracekit.errors import ConfigError
-
             raise ConfigError("--no-new-top-kernels needs --baseline")
         outcomes.append(new_top_kernels(metrics, baseline, top_kernels))
     return CheckResult(tuple(outcomes))
@@ -73,8 +72,6 @@ def run_check(trace: str | Path, budgets: Sequence[Budget], baseline: str | Path
               top_kernels: int | None = None, stage_rules: Sequence[StageRule] | None = None,
               refresh: bool = False) -> CheckResult:  # fmt: skip
     """Measure `trace` (a file, run folder or folder of runs, pooled) and hold it to budgets."""
-    from tracekit.errors import ConfigError
-
     if baseline is None and (top_kernels is not None or any(b.regression for b in budgets)):
         raise ConfigError("--max-regression and --no-new-top-kernels need --baseline")
     metrics, _ = load_side(expand_runs(trace), str(trace), stage_rules, refresh, per_run=False)

@@ -8,6 +8,6 @@ from pathlib import Path
 
 def detect_format(path: Path) -> str:
     """The name of `path`'s format ('nsys', 'kineto', 'nsys-rep', ...): see formats.py."""
-    from tracekit.ingest.formats import detect
+    from tracekit.ingest.formats import detect  # lazy: the registry at first use (start-up)
 
     return detect(path).name

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracekit.atomic import check_input_file
 from tracekit.errors import TraceFormatError
 
 if TYPE_CHECKING:
@@ -53,20 +54,20 @@ class TraceFormat:
 
 
 def _ingest_nsys(con: Any, path: Path, trace_id: int, scratch: Path, progress: Any) -> Any:
-    from tracekit.ingest import nsys
+    from tracekit.ingest import nsys  # lazy: a format's module when it is used
 
     return nsys.ingest(con, path, trace_id, progress=progress)
 
 
 def _ingest_nsys_rep(con: Any, path: Path, trace_id: int, scratch: Path, progress: Any) -> Any:
-    from tracekit.ingest import nsys
+    from tracekit.ingest import nsys  # lazy: a format's module when it is used
 
     progress.step("exporting the report to SQLite (nsys export)")
     return nsys.ingest(con, nsys.export_nsys_rep(path), trace_id, progress=progress)
 
 
 def _ingest_kineto(con: Any, path: Path, trace_id: int, scratch: Path, progress: Any) -> Any:
-    from tracekit.ingest import kineto
+    from tracekit.ingest import kineto  # lazy: a format's module when it is used
 
     return kineto.ingest(con, path, trace_id, scratch=scratch, progress=progress)
 
@@ -110,7 +111,7 @@ def _nsys_memory(path: Path) -> int:
 
 
 def _kineto_memory(path: Path) -> int:
-    from tracekit.ingest.json_scan import document_size
+    from tracekit.ingest.json_scan import document_size  # lazy: orjson, ctypes (start-up)
 
     return max(int(document_size(path) * _KINETO_MEMORY_FRACTION), _KINETO_MEMORY_FLOOR)
 
@@ -138,7 +139,7 @@ def _looks_like_chrome_trace(path: Path) -> bool:
     report.json or diff.json written into a run folder is not taken for one."""
     import zlib
 
-    from tracekit.ingest.json_scan import open_trace_bytes
+    from tracekit.ingest.json_scan import open_trace_bytes  # lazy: orjson, ctypes (start-up)
 
     try:
         with open_trace_bytes(path) as fh:  # (gzip bounded: a bomb stops at its bound)
@@ -185,7 +186,6 @@ def suffixes() -> tuple[str, ...]:
 
 def detect(path: Path) -> TraceFormat:
     """The format of `path`, from its first bytes."""
-    from tracekit.atomic import check_input_file
 
     check_input_file(path)  # a FIFO would block the open below forever
     try:

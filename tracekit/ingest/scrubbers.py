@@ -359,7 +359,7 @@ def _classify(key: str) -> str | None:
 
 
 def _scrub_json(source: Path, tmp: Path, opt: ScrubOptions, removed: Counter[str]) -> None:
-    from tracekit.ingest.bounded_gzip import read_document
+    from tracekit.ingest.bounded_gzip import read_document  # lazy: only a gzipped input needs it
 
     raw = read_document(source)
     with open(source, "rb") as f:

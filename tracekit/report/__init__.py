@@ -59,6 +59,7 @@ def write_report(
 ) -> Path:
     """Build the report over traces / run dirs / stores / export folders and write it
     atomically; its path. engine "spark" reads export folders with Spark (tracekit.spark)."""
+    # lazy: duckdb, polars and jinja2 load when a report is written, not at import (start-up)
     from tracekit.atomic import check_output, write_text_atomic
     from tracekit.report.context import build_report_context
     from tracekit.report.render import render

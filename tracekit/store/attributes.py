@@ -151,7 +151,7 @@ def apply_attributes_stats(
         for key, value in sorted((rec.get("attrs") or {}).items())
     ]
     execute(con, "DELETE FROM attributes WHERE trace_id = $trace_id", {"trace_id": trace_id})
-    from tracekit.ingest.common import insert_many
+    from tracekit.ingest.common import insert_many  # lazy: only a capture with attributes needs it
 
     insert_many(con, "attributes", rows)
     return MatchStats(len(records), len(pairs), len(rows), unmatched)

@@ -8,6 +8,7 @@ from importlib.resources import files
 import duckdb
 
 from tracekit import sqlfile
+from tracekit.categories import install
 from tracekit.ingest.common import STAGING_TABLE
 from tracekit.progress import NO_PROGRESS, Progress
 from tracekit.store.literals import execute
@@ -49,8 +50,6 @@ def derive(
     if not (staged and staged[0]):
         con.execute(f"ALTER TABLE events RENAME TO {STAGING_TABLE}")
         con.execute(events_ddl())
-    from tracekit.categories import install
-
     install(con)  # tk_op_name names inferred stages
     rules, depth = split_depth(rules)
     con.execute("CREATE OR REPLACE TEMP TABLE _stage_rules (stage VARCHAR, pattern VARCHAR)")

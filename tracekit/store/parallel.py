@@ -20,7 +20,13 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-from tracekit.store.build import IngestResult, ensure_trace_store
+from tracekit.store.build import (
+    IngestResult,
+    _cache_is_fresh,
+    _source_key,
+    cache_path_for,
+    ensure_trace_store,
+)
 from tracekit.store.stages import StageRule
 
 
@@ -43,8 +49,6 @@ def _worker_init() -> None:
 
 def _is_fresh(path: Path, rules: list[StageRule]) -> bool:
     """Whether `path`'s cache can be reused as is (any doubt: no, let the worker decide)."""
-    from tracekit.store.build import _cache_is_fresh, _source_key, cache_path_for
-
     try:
         if not path.is_file():
             return False

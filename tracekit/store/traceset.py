@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import duckdb
 
 from tracekit.atomic import check_input_file
+from tracekit.categories import install
 from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
+from tracekit.sql import load_query, run_named_query
 from tracekit.store.build import (
     CACHE_SUFFIX,
     SCHEMA_VERSION,
@@ -25,6 +27,8 @@ from tracekit.store.build import (
     create_schema,
     ensure_trace_store,
     is_duckdb_file,
+    older_store_problem,
+    store_problem,
 )
 from tracekit.store.lake import export_tables, is_export_dir, older_export_problem
 from tracekit.store.literals import execute
@@ -152,7 +156,7 @@ def open_engine(
     Parquet export folders (the pyspark extra; stage rules and refresh do not apply there:
     an export already holds its stages)."""
     if engine == "spark":
-        from tracekit.spark import open_spark
+        from tracekit.spark import open_spark  # lazy: pyspark, only for --engine spark
 
         if stage_rules or refresh or not read_only:
             raise TracekitError(
@@ -193,8 +197,6 @@ class TraceSet:
     def __init__(
         self, con: duckdb.DuckDBPyConnection, sources: list[Path], ingests: list[IngestResult]
     ) -> None:
-        from tracekit.categories import install
-
         install(con)  # tracekit/macros.sql and the GPU category rules, on every connection
         self.con = con
         self.sources = sources
@@ -221,8 +223,6 @@ class TraceSet:
     def query_dicts(self, name: str, **params: Any) -> list[dict[str, Any]]:
         """The named query's rows as dicts (what `.query(...).to_dicts()` gives, without
         polars: a report's queries are small, and importing polars cost more than them)."""
-        from tracekit.sql import load_query
-
         q = load_query(name)
         res = self.rows(q.text, q.bind(params))
         return [dict(zip(res.columns, row, strict=True)) for row in res.rows]
@@ -238,8 +238,6 @@ class TraceSet:
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Run the named query `queries/<name>.sql` over every trace (or `trace_id=N`)."""
-        from tracekit.sql import run_named_query
-
         return run_named_query(self.sql, name, params)
 
     def close(self) -> None:
@@ -301,7 +299,7 @@ def ingest_many(
     workers: int | None = None,
 ) -> list[IngestResult]:
     """`ensure_trace_store` for every trace (in input order), in parallel over cores."""
-    from tracekit.store.parallel import ensure_many
+    from tracekit.store.parallel import ensure_many  # lazy: multiprocessing, only for many traces
 
     if len(traces) == 1:
         return [ensure_trace_store(traces[0], _rules_for(traces[0], stage_rules), refresh)]
@@ -337,8 +335,6 @@ def open_traces(
 
 
 def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None = None) -> None:
-    from tracekit.store.build import older_store_problem, store_problem
-
     why = store_problem(con, catalog)
     if why is not None:
         if catalog is None:
