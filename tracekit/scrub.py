@@ -1,17 +1,8 @@
 """Shareable copies of traces: secrets, environments, command lines, hosts, users removed.
 
-Secrets are found by what they look like (tracekit.redact: token formats, key blocks,
-`key=value` with a secret-named key, credentials in URLs) in every string of the file; and by
-where they are: environment blocks, command lines, host names, user names and home paths.
-
-nsys SQLite: the input is copied byte for byte to a temp file beside OUT and only the copy is
-edited. Its triggers, views and virtual tables are removed from the schema before anything
-runs (scrub copies data, never behaviour), then every TEXT cell of every table is scrubbed,
-then the nsys-specific places are blanked, then VACUUM so no freed page keeps the old bytes,
-then rename onto OUT. Kineto/Chrome JSON: every string at any depth (keys too) is scrubbed;
-env-like, host and command-line keys are dropped outside traceEvents. Trace events are never
-dropped, so a scrubbed trace ingests to the same event counts.
-"""
+`scrub_trace` detects the format, checks the paths, lets the format's scrubber edit a temp copy
+beside OUT (tracekit.ingest.scrubbers says what each removes and how) and renames it into
+place; the input is only read."""
 
 from __future__ import annotations
 

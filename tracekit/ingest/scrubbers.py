@@ -2,8 +2,6 @@
 and Kineto/Chrome JSON, edited into a temp copy; `tracekit.scrub.scrub_trace` picks one,
 checks the paths and renames the result into place.
 
-Shareable copies of traces: secrets, environments, command lines, hosts, users removed.
-
 Secrets are found by what they look like (tracekit.redact: token formats, key blocks,
 `key=value` with a secret-named key, credentials in URLs) in every string of the file; and by
 where they are: environment blocks, command lines, host names, user names and home paths.
