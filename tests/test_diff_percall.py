@@ -308,9 +308,10 @@ class _Tags(HTMLParser):
 def test_md_cell_is_inert() -> None:
     for name in HOSTILE:
         cell = md_cell(name)
-        assert "<" not in cell and ">" not in cell and "\n" not in cell and "\r" not in cell
+        assert "\n" not in cell and "\r" not in cell and "\x1b" not in cell
         assert "![" not in cell and not _bare(cell, "[]")
-        assert all(cell[i - 1] == "\\" for i, ch in enumerate(cell) if ch in "|[]`*_")
+        assert all(cell[i - 1] == "\\" for i, ch in enumerate(cell) if ch in "|[]`*<>")
+    assert "\\_em_" in md_cell(HOSTILE[5]) and md_cell("aten::copy_") == "aten::copy_"
 
 
 def test_hostile_names_escaped_in_every_format(tmp_path: Path) -> None:
@@ -345,9 +346,9 @@ def test_hostile_names_escaped_in_every_format(tmp_path: Path) -> None:
     d = diff_runs([base], [cand])
     assert {k.name for k in d.kernels} == set(HOSTILE)
     md = render(d, "md")
-    assert "<script" not in md and "<img" not in md and "![" not in md
+    assert not re.search(r"(?<!\\)<(script|img)", md) and "![" not in md
     assert "\\[click\\](http" in md and not _bare(md, "[]`")
-    assert "&lt;script&gt;" in md
+    assert "\\<script\\>" in md  # (tracekit.present.md_cell: the report's escaper too)
     lines = md.splitlines()
     at = lines.index("## Kernels compared per call")
     head = lines[at + 2]

@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store", ("tracekit.store",)),
     ("engines", ("tracekit.store.traceset", "tracekit.spark", "tracekit.spark_sql",
                  "tracekit.export")),
-    ("presentation", ("tracekit.report", "tracekit.compare", "tracekit.output",
+    ("presentation", ("tracekit.present", "tracekit.report", "tracekit.compare", "tracekit.output",
                       "tracekit.scrub")),
     ("capture", ("tracekit.capture", "tracekit.doctor")),
     ("api", ("tracekit",)),

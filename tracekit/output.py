@@ -6,11 +6,11 @@ import datetime as dt
 import io
 import json
 import math
-import re
 import shutil
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from tracekit.present import term_text
 from tracekit.store.traceset import Rows
 
 if TYPE_CHECKING:  # (table and JSON are written from plain rows: polars is for csv/parquet)
@@ -28,16 +28,7 @@ def _cell(value: Any) -> str:
         return f"{value:.6g}" if abs(value) < 1e15 else f"{value:.6e}"
     if isinstance(value, (list, dict)):
         return json.dumps(value, default=str)
-    return _CONTROL.sub(_shown, str(value))
-
-
-# Control characters from a trace (ESC sequences, carriage returns) never reach the terminal
-# raw: a table shows them as \xNN (csv and json are data and keep them).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _shown(m: re.Match[str]) -> str:
-    return f"\\x{ord(m.group()):02x}"
+    return term_text(value)  # a trace's control characters never reach the terminal raw
 
 
 def _rows(result: Rows | pl.DataFrame) -> Rows:

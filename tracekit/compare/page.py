@@ -5,17 +5,14 @@ goes into the page's Content-Security-Policy, so the page runs offline and nothi
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from importlib.resources import files
 
 from tracekit.compare.headline import outermost, short_name
 from tracekit.compare.items import ItemDelta
 from tracekit.compare.result import DiffResult
 from tracekit.compare.table import Section
+from tracekit.present import environment, inline_script
 
 CHART_BARS = 12
 W, LABEL_W, ROW_H, TOP = 900, 330, 22, 8
@@ -65,11 +62,9 @@ class DiffPage:
     script_hash: str = field(metadata={"help": "CSP source of the script"})
 
 
-@cache
 def _script() -> tuple[str, str]:
-    text = files("tracekit.templates").joinpath("diff.js.j2").read_text()
-    digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
-    return text, f"'sha256-{digest}'"
+    text, source = inline_script("diff.js.j2")
+    return text, f"'{source}'"
 
 
 def chart(d: DiffResult) -> ChartGeom | None:
@@ -136,12 +131,5 @@ def build_page(
 def render_page(
     d: DiffResult, sections: Sequence[Section], heading: str, views: Sequence[str], unit_line: str
 ) -> str:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("tracekit.templates", "."),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-    )
     page = build_page(d, sections, heading, views, unit_line)
-    return env.get_template("diff.html.j2").render(page=page)
+    return environment().get_template("diff.html.j2").render(page=page)

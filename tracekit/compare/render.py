@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import textwrap
 from typing import Any
 
@@ -19,29 +18,12 @@ from tracekit.compare.items import ItemDelta, Unit
 from tracekit.compare.page import render_page
 from tracekit.compare.result import DiffResult, MetricDelta
 from tracekit.compare.table import Cell, Section
+from tracekit.present import md_cell, term_text
 
 RENDER_FORMATS = ("table", "md", "json", "html")
 TOP_ITEMS = 15
 TABLE_NAME = 70
 WRAP = 100  # headline lines in the terminal table
-
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def md_cell(value: object) -> str:
-    """Untrusted text as inert Markdown on one line (a table cell): no HTML, no links or
-    images (their brackets are escaped), no emphasis or code, no pipes, no newlines. `<>&`
-    become entities, ``\\ ` * _ [ ] | ~`` are backslash-escaped, whitespace runs (newlines
-    included) become one space."""
-    text = " ".join(str(value).split())
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", text)
-
-
-def term_text(value: object) -> str:
-    """Untrusted text for a terminal: control characters (ESC ...) shown as \\xNN."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def _num(v: float | None, digits: int = 3) -> str:

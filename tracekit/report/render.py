@@ -1,62 +1,25 @@
 """Renderers: the report context as one self-contained HTML file, Markdown, or JSON.
 
-One jinja environment: autoescape on for HTML templates, StrictUndefined everywhere. The
+The environment and the escapers are tracekit.present's, shared with the diff page. The
 inline script is a fixed asset whose sha256 goes into the page's Content-Security-Policy;
 data for it travels only as JSON in a <script type="application/json"> block.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import re
-from functools import cache
-from importlib.resources import files
 from typing import Any
 
-import jinja2
-
+from tracekit.present import environment, inline_script
 from tracekit.report.model import ReportContext
 
 FORMATS = ("html", "md", "json")
 JSON_SCHEMA_VERSION = 1
 
 
-def md_escape(value: object) -> str:
-    """A table-safe Markdown cell on one line: backslash, pipe, angle brackets, backtick and
-    square brackets escaped (trace names are untrusted: no HTML, no links, no images)."""
-    text = " ".join(str(value).split())
-    for ch in ("\\", "|", "<", ">", "`", "[", "]"):
-        text = text.replace(ch, "\\" + ch)
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # (ESC sequences: shown as \xNN, never raw)
-
-
-@cache
-def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("tracekit.templates", "."),
-        autoescape=jinja2.select_autoescape(
-            enabled_extensions=("html.j2",), default_for_string=True, default=False
-        ),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters["md"] = md_escape
-    return env
-
-
-@cache
 def script() -> tuple[str, str]:
     """(inline script text, its CSP source 'sha256-...')."""
-    text = files("tracekit.templates").joinpath("report.js.j2").read_text()
-    digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
-    return text, f"sha256-{digest}"
+    return inline_script("report.js.j2")
 
 
 def report_json(ctx: ReportContext) -> dict[str, Any]:
