@@ -17,7 +17,8 @@ from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
 from tracekit.report.figures import figures
-from tracekit.report.findings import Finding, evaluate
+from tracekit.report.finding import Finding
+from tracekit.report.findings import evaluate
 from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
 from tracekit.sql import load_query

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tracekit.report.findings import Finding
+from tracekit.report.finding import Finding
 from tracekit.report.model import Answer
 
 

@@ -8,14 +8,12 @@ the numbers that triggered it and the query that produced them. Rules never read
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-Rows = Sequence[Mapping[str, Any]]
-Results = Mapping[str, Rows]
+from tracekit.report import input_findings
+from tracekit.report.finding import SEVERITIES, Finding, Results, pearson
 
-SEVERITIES = ("high", "medium", "low", "info")
 ATTENTION_OPS = ("bmm", "softmax", "baddbmm", "scaled_dot_product_attention")
 LENGTH_KEYS = (
     "seq_len",
@@ -27,29 +25,6 @@ LENGTH_KEYS = (
     "input_length",
     "n_tokens",
 )
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One observation with its evidence and what to do next."""
-
-    id: str = field(metadata={"help": "stable rule id, e.g. 'prepost_dominant'"})
-    severity: str = field(metadata={"help": "high | medium | low | info"})
-    title: str = field(metadata={"help": "one line saying what was found"})
-    evidence: str = field(metadata={"help": "the numbers, in words"})
-    query: str = field(metadata={"help": "the query whose rows are the evidence"})
-    next_step: str = field(metadata={"help": "what to try or measure next"})
-    numbers: Mapping[str, float] = field(
-        default_factory=dict, metadata={"help": "the figures the rule compared"}
-    )
-    scope: str = field(
-        default="program",
-        metadata={
-            "help": "'program': a verdict about the program, the same for every capture of it; "
-            "'run': about this capture's spread (a tail, an outlier request), which noise on the "
-            "machine can change between captures"
-        },
-    )
 
 
 def _stage_rows(results: Results) -> dict[str, Mapping[str, Any]]:
@@ -205,15 +180,6 @@ def rule_memcpy(results: Results) -> Iterable[Finding]:
             ".item()/.cpu() inside the request until the result is needed.",
             {"sync_count": sync, "pageable_count": pageable},
         )
-
-
-def pearson(xs: Sequence[float], ys: Sequence[float]) -> float:
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
 
 
 def rule_length_growth(results: Results) -> Iterable[Finding]:
@@ -466,8 +432,6 @@ GIVES_WAY_TO = {
 def evaluate(results: Results) -> list[Finding]:
     """Every rule's findings, most severe first (stable within a severity); verdicts about the
     program before observations about this run."""
-    from tracekit.report import input_findings  # (imports Finding from here)
-
     found = [f for rule in RULES for f in rule(results)] + input_findings.evaluate(results)
     ids = {f.id for f in found}
     found = [f for f in found if not GIVES_WAY_TO.get(f.id, frozenset()) & ids]

@@ -8,13 +8,10 @@ read the store. Thresholds are materiality thresholds: below them no card is sho
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tracekit.report.findings import Finding, pearson
-
-Rows = Sequence[Mapping[str, Any]]
-Results = Mapping[str, Rows]
+from tracekit.report.finding import Finding, Results, Rows, pearson
 
 PADDING_SHARE = 0.5  # most tokens are padding
 # attention-score ops dominate a stage's op time: two thirds, not a half (a bucketed BERT sits

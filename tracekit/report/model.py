@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.report import charts
-from tracekit.report.findings import Finding
+from tracekit.report.finding import Finding
 
 
 @dataclass(frozen=True)
