@@ -2,7 +2,7 @@
 -- returns: one row per GPU device and activity category: trace_id, device, category, count, total_ms, share_of_device, top_kernel (short name of the kernel with the most time), top_kernel_ms
 -- param: $trace_id INTEGER trace to break down
 -- default: $trace_id 1
--- GPU activity by category (GEMM, attention, convolution, normalization,
+-- GPU activity by category (GEMM, attention, convolution, normalization, embedding,
 -- elementwise/reduction, communication, memcpy <direction>, memset, other: rules in
 -- tracekit/categories.toml, tk_gpu_activity). total_ms is a plain sum of activity durations,
 -- each activity in exactly one category; share_of_device = total / the device's summed
