@@ -47,7 +47,7 @@ def _fmt(v: Any, key: str) -> Cell:
     if isinstance(v, float):
         if not math.isfinite(v):
             return Cell("", "")
-        if key.startswith("share") or key in ("utilization", "coverage"):
+        if key.startswith("share") or key in ("utilization", "active_utilization", "coverage"):
             return Cell(f"{v:.1%}", repr(v))
         if key.endswith("_us"):
             return Cell(f"{v:.1f}", repr(v))
@@ -151,25 +151,47 @@ def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
     )
 
 
+def _program_words(q: Mapping[str, list[dict[str, Any]]]) -> str:
+    """'Program: inference, single rank (evidence).' from program_kind."""
+    k = (q.get("program_kind") or [{}])[0]
+    if not k:
+        return ""
+    ranks = "multi-rank" if k.get("multi_rank") else "single rank"
+    graphs = (
+        f"; {k['graph_kernels']} of {k['kernels']} kernels replayed from "
+        f"{k['graph_launches']} graph launches"
+        if k.get("graph_kernels")
+        else ""
+    )
+    return f"Program: {k['kind']}, {ranks} ({k['kind_evidence']}; {k['rank_evidence']}{graphs})."
+
+
 def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
-    """GPU busy per device, and what the busiest device spends its time on."""
+    """GPU busy per device over its active span (the capture as context only), and what the
+    busiest device spends its time on."""
     devs = q["gpu_devices"]
     if not devs:
         return "No GPU activity in this trace."
     parts = ", ".join(
-        f"{d['device_name']} busy {d['utilization'] or 0:.0%} ({d['busy_ms']:.3f} of "
-        f"{d['window_ms']:.3f} ms)"
+        f"{d['device_name']} busy {d['active_utilization'] or 0:.0%} of its active span "
+        f"({d['busy_ms']:.3f} of {d['active_ms'] or 0:.3f} ms, first to last GPU activity; "
+        f"capture {d['window_ms']:.3f} ms, of which start-up {d['idle_before_ms'] or 0:.3f} ms "
+        f"and teardown {d['idle_after_ms'] or 0:.3f} ms outside it)"
         for d in devs
     )
     top = max(devs, key=lambda d: d["busy_ms"])
-    cats = [c for c in q["gpu_categories"] if c["device"] == top["device"]]
+    cats = [
+        c
+        for c in q["gpu_categories"]
+        if c["device"] == top["device"] and not str(c["category"]).startswith(("memcpy", "memset"))
+    ]
     text = f"GPU: {parts}."
     if cats:
         c = cats[0]
         where = f" on {top['device_name']}" if len(devs) > 1 else ""
         text += (
-            f" Top activity{where}: {c['category']} {c['share_of_device']:.0%} of GPU time "
-            f"(top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
+            f" Top kernel category{where}: {c['category']} {c['share_of_device']:.0%} of GPU "
+            f"time (top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
         )
     return text
 
@@ -252,7 +274,7 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         split,
         sentence,
         _stage_source(q),
-        _gpu_sentence(q),
+        " ".join(t for t in (_program_words(q), _gpu_sentence(q)) if t),
     )
 
 

@@ -142,8 +142,10 @@ DEVICE_COLS = (
     ("streams", "Streams"),
     ("kernels", "Kernels"),
     ("busy_ms", "Busy ms"),
-    ("window_ms", "Window ms"),
-    ("utilization", "Utilization"),
+    ("active_ms", "Active ms"),
+    ("active_utilization", "Active util"),
+    ("window_ms", "Capture ms"),
+    ("utilization", "Capture util"),
     ("communication_ms", "Communication ms"),
     ("exposed_communication_ms", "Exposed comm. ms"),
 )
@@ -329,8 +331,11 @@ SECTIONS: tuple[Section, ...] = (
     Section("gpu", "GPU busy / idle", "gpu_utilization", "gpu.busy_ms, gpu.by_stage", GPU_COLS,
             rows=_gpu_rows, note=_gpu_note, charts=_gpu_charts),
     Section("devices", "GPU devices", "gpu_devices", "gpu.per_device", DEVICE_COLS,
-            note="Busy = union of the device's kernel, memcpy and memset intervals; "
-                 "utilization = busy / trace span. Exposed communication: communication time "
+            note="Busy = union of the device's kernel, memcpy and memset intervals. Active ms = "
+                 "the device's active span (first to last GPU activity); active util = busy / "
+                 "active span, the trace-wide figure. Capture ms = the whole capture (start-up "
+                 "and teardown included) and capture util = busy / capture: context only. "
+                 "Exposed communication: communication time "
                  "with no other kernel running on that device."),
     Section("categories", "GPU activity by category", "gpu_categories",
             "gpu.per_device[].by_category", CATEGORY_COLS,
@@ -345,4 +350,5 @@ SECTIONS: tuple[Section, ...] = (
 
 # queries the answer, the findings and the charts read besides the sections' own
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
-                 "host_waits", "request_timeline", "gpu_timeline")  # fmt: skip
+                 "host_waits", "request_timeline", "gpu_timeline", "program_kind",
+                 "blocking_calls")  # fmt: skip
