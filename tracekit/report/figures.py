@@ -74,7 +74,11 @@ def figures(
             for r in q["request_breakdown"]
         ],
         "top_ops": [{k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["top_ops"]],
+        # one trace-wide ranking (full names), the per-stage rows apart
         "top_kernels": [
+            {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["top_kernels_trace"]
+        ],
+        "top_kernels_by_stage": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["top_kernels"]
         ],
         "program": _program(q),
