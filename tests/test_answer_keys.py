@@ -3,7 +3,7 @@
 Each key was written from a plain-Python reading of its trace (busy = union of kernel, memcpy
 and memset intervals per device; active span = first to last of them) and says what a reader
 must conclude: program kind, single or multi-rank, the headline window and figure per device,
-the top kernel category, the cause of low utilization (or "none"), and text that must and must
+the top kernel category, the top kernel (full name) and its time, the cause of low utilization (or "none"), and text that must and must
 not appear. A new trace kind only needs a key file here.
 """
 
@@ -84,6 +84,14 @@ def test_report_matches_its_answer_key(key_file: Path, tmp_path: Path) -> None:
             if not c.startswith(("memcpy", "memset"))
         }
         assert max(kernel_cats, key=lambda c: kernel_cats[c]) == key["top_category"]
+
+    # one trace-wide ranking by full name: its first row is the key's top kernel
+    if "top_kernel" in key:
+        first = fig["top_kernels"][0]
+        assert first["rank"] == 1 and first["name"] == key["top_kernel"], first["name"]
+        assert first["total_ms"] == pytest.approx(key["top_kernel_ms"], rel=1e-3, abs=1e-3)
+    else:
+        assert not fig["top_kernels"]
 
     low = [f for f in tr.findings if f.id.startswith("gpu_low_utilization")]
     if key["low_utilization_cause"] == "none":
