@@ -3,8 +3,9 @@
 Each key was written from a plain-Python reading of its trace (busy = union of kernel, memcpy
 and memset intervals per device; active span = first to last of them) and says what a reader
 must conclude: program kind, single or multi-rank, the headline window and figure per device,
-the top kernel category, the top kernel (full name) and its time, the cause of low utilization (or "none"), and text that must and must
-not appear. A new trace kind only needs a key file here.
+the top kernel category, the top kernel (full name) and its time, the cause of low
+utilization (or "none"), and text that must and must not appear. A new trace kind only needs
+a key file here.
 """
 
 from __future__ import annotations
