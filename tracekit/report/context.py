@@ -205,6 +205,31 @@ def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
     )
 
 
+GPU_TAIL_SHARE = 0.05  # a GPU tail under this share of the host time is not worth a word
+
+
+def _gpu_tail_words(reqs: Sequence[Mapping[str, Any]], windows: bool) -> str:
+    """' Host 26.000 ms; its GPU work finishes 130.000 ms later (latency 156.000 ms).' when the
+    GPU work a request launched outlasts its host range (latency_ms of request_breakdown)."""
+    if not reqs or windows:
+        return ""
+    tails = sorted(float(r["gpu_tail_ms"] or 0.0) for r in reqs)
+    hosts = sorted(float(r["e2e_ms"] or 0.0) for r in reqs)
+    lats = sorted(float(r["latency_ms"] or 0.0) for r in reqs)
+    mid = len(reqs) // 2
+    if tails[mid] <= 0 or tails[mid] < GPU_TAIL_SHARE * hosts[mid]:
+        return ""
+    if len(reqs) == 1:
+        return (
+            f" Host {hosts[0]:.3f} ms; the GPU work it launched finishes {tails[0]:.3f} ms "
+            f"later (latency {lats[0]:.3f} ms)."
+        )
+    return (
+        f" Including the GPU work each request launched, the median latency is {lats[mid]:.3f} "
+        f"ms: host {hosts[mid]:.3f} ms, GPU finishes {tails[mid]:.3f} ms later (medians)."
+    )
+
+
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     rows = q["stage_summary"]
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
@@ -262,6 +287,7 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             f"No requests or stages found in the {(overview.get('span_ms') or 0.0):.3f} ms trace "
             "window: annotate with tracekit.request()/stage() or pass --stage NAME=REGEX."
         )
+    sentence += _gpu_tail_words(reqs, overview.get("request_source") == "window")
     # one request, or windows that are not requests: no percentiles
     many = e2e is not None and e2e["count"] > 1 and overview.get("request_source") != "window"
     return Answer(

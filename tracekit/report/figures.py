@@ -66,7 +66,10 @@ def figures(
             {
                 "request_id": r["request_id"],
                 "start_ms": rounded(r["start_ms"]),
-                "e2e_ms": rounded(r["e2e_ms"]),
+                "e2e_ms": rounded(r["e2e_ms"]),  # the host range
+                "latency_ms": rounded(r["latency_ms"]),  # to the end of its GPU work
+                "gpu_tail_ms": rounded(r["gpu_tail_ms"]),
+                "gpu_idle_before_ms": rounded(r["gpu_idle_before_ms"]),
                 "stages": {k: rounded(v) for k, v in json.loads(r["stages_json"]).items()},
                 "unattributed_ms": rounded(r["unattributed_ms"]),
                 "gpu_busy_ms": rounded(r["gpu_busy_ms"]),

@@ -331,6 +331,16 @@ def _low_util_cause(results: Results, busy_ms: float, idle_ms: float) -> tuple[s
             "non_blocking=True, keep results on the GPU, or move the copy/sync after the next "
             "batch's work is queued.",
         )
+    reqs = [r for r in results.get("request_breakdown", []) if _num(r.get("gpu_events")) > 0]
+    before_ms = sum(_num(r.get("gpu_idle_before_ms")) for r in reqs)
+    if before_ms >= CAUSE_SHARE * idle and before_ms > 0:
+        return (
+            f"GPU idle before the first kernel: inside the {len(reqs)} requests the GPU waits "
+            f"{before_ms:.3f} ms in all for its first work (host work before it: preprocessing, "
+            f"data preparation), {min(before_ms / idle, 1):.0%} of the GPU's idle time",
+            "Move the host work before the first kernel off the critical path (preprocess the "
+            "next request while the GPU runs this one, or move it to the GPU).",
+        )
     if dl_ms >= CAUSE_SHARE * idle and dl_ms > 0:
         return (
             f"input pipeline: data loading ranges take {dl_ms:.3f} ms "

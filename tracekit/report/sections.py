@@ -208,6 +208,7 @@ LAUNCH_COLS = (
     ("gpu_ms", "GPU ms"),
     ("queue_p50_us", "Queue p50 µs"),
     ("queue_p99_us", "Queue p99 µs"),
+    ("queue_clamped", "Queue clamped"),
 )
 OVERVIEW_COLS = (
     ("file", "File"),
@@ -366,7 +367,9 @@ SECTIONS: tuple[Section, ...] = (
     Section("gaps", "Longest GPU idle gaps", "idle_gaps", "idle_gaps", GAP_COLS,
             params={"limit": 10}),
     Section("memcpy", "Memory copies", "memcpy_summary", "memcpy", MEMCPY_COLS),
-    Section("launch", "Launch overhead", "launch_overhead", "launch_overhead", LAUNCH_COLS),
+    Section("launch", "Launch overhead", "launch_overhead", "launch_overhead", LAUNCH_COLS,
+            note="Queue = GPU start minus the end of the launching call, clamped at 0; queue "
+                 "clamped counts the GPU events that started before their call returned."),
 )  # fmt: skip
 
 # queries the answer, the findings and the charts read besides the sections' own
