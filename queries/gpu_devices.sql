@@ -1,10 +1,14 @@
 -- name: gpu_devices
--- returns: one row per GPU device with activity: trace_id, device, device_name, streams, kernels, activities, busy_ms, window_ms, utilization, activity_ms, kernel_ms, communication_ms, exposed_communication_ms, by_category_json (JSON object category -> ms)
+-- returns: one row per GPU device with activity: trace_id, device, device_name, streams, kernels, activities, busy_ms, active_ms, active_utilization, idle_before_ms, idle_after_ms, window_ms, utilization, activity_ms, kernel_ms, communication_ms, exposed_communication_ms, by_category_json (JSON object category -> ms)
 -- param: $trace_id INTEGER trace to measure
 -- default: $trace_id 1
 -- Per device (tk_gpu_activity: kernels, memcpys, memsets; device -1 when the trace names none):
 -- busy = length of the union of its activity intervals (the sum of its gpu_islands: streams
--- overlap, never a plain sum), window = the trace's span, utilization = busy / window.
+-- overlap, never a plain sum). active_ms = the device's ACTIVE span, its first to last GPU
+-- activity, and active_utilization = busy / active_ms: the trace-wide headline figure.
+-- window_ms = the capture (the trace's span, start-up and teardown included) and utilization
+-- = busy / window: context only; idle_before_ms / idle_after_ms = the capture outside the
+-- active span (start-up before the first activity, teardown after the last).
 -- activity_ms = plain sum of activity durations, split by category in by_category_json (each
 -- activity in exactly one category, so its values add up to activity_ms). communication_ms = union of the device's
 -- communication kernels; exposed_communication_ms = the part of it with no other kernel
@@ -14,8 +18,9 @@ WITH a AS (
 ), comm_devices AS (  -- exposed communication needs the two kernel unions only on these
     SELECT DISTINCT device FROM a WHERE kind = 'kernel' AND category = 'communication'
 ), busy AS (
-    SELECT device, sum(end_ns - start_ns) AS busy_ns FROM gpu_islands
-    WHERE trace_id = $trace_id GROUP BY device
+    SELECT device, sum(end_ns - start_ns) AS busy_ns, min(start_ns) AS first_ns,
+           max(end_ns) AS last_ns
+    FROM gpu_islands WHERE trace_id = $trace_id GROUP BY device
 ), iv AS (
     SELECT {'device': device, 'set': 'comm'} AS key, start_ns, end_ns FROM a
     WHERE kind = 'kernel' AND category = 'communication'
@@ -50,7 +55,11 @@ SELECT $trace_id::INTEGER AS trace_id, d.device,
        coalesce(n.device_name, CASE WHEN d.device >= 0 THEN 'GPU ' || d.device
                                     ELSE 'GPU (unnamed)' END) AS device_name,
        d.streams, d.kernels, d.activities,
-       coalesce(b.busy_ns, 0) / 1e6 AS busy_ms, t.duration_ns / 1e6 AS window_ms,
+       coalesce(b.busy_ns, 0) / 1e6 AS busy_ms, (b.last_ns - b.first_ns) / 1e6 AS active_ms,
+       coalesce(b.busy_ns, 0) / nullif(b.last_ns - b.first_ns, 0) AS active_utilization,
+       greatest(b.first_ns - t.start_ns, 0) / 1e6 AS idle_before_ms,
+       greatest(t.start_ns + t.duration_ns - b.last_ns, 0) / 1e6 AS idle_after_ms,
+       t.duration_ns / 1e6 AS window_ms,
        coalesce(b.busy_ns, 0) / nullif(t.duration_ns, 0) AS utilization,
        d.activity_ns / 1e6 AS activity_ms, d.kernel_ns / 1e6 AS kernel_ms,
        coalesce(u.comm_ns, 0) / 1e6 AS communication_ms,

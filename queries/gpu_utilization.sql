@@ -1,9 +1,10 @@
 -- name: gpu_utilization
--- returns: trace_id, scope ('trace' | 'stage' | 'request'), name (stage name, request id, or 'trace'), request_id, windows, devices, window_ms, busy_ms, idle_ms, utilization
+-- returns: trace_id, scope ('trace' | 'active' | 'stage' | 'request'), name (stage name, request id, 'capture' or 'active span'), request_id, windows, devices, window_ms, busy_ms, idle_ms, utilization
 -- param: $trace_id INTEGER trace to measure
 -- default: $trace_id 1
--- GPU busy/idle inside host windows: the whole trace span, each stage (its range instances,
--- summed) and each request. Per device, busy = length of the union of its GPU intervals
+-- GPU busy/idle inside named windows: 'trace' = the whole capture (start-up and teardown
+-- included: context only), 'active' = the GPU's active span (first to last GPU activity on any
+-- device: the trace-wide figure), each stage (its range instances, summed) and each request. Per device, busy = length of the union of its GPU intervals
 -- (kernel, memcpy, memset; all its streams together, so overlapping streams are never counted
 -- twice: its gpu_islands, read by tk_busy_upto_islands at the window's ends) clipped to the
 -- window, whoever launched them.
@@ -19,14 +20,17 @@ WITH isl AS (
 ), ndev AS (
     SELECT greatest(count(*), 1) AS n FROM devices
 ), windows AS (
-    SELECT 'trace' AS scope, 0 AS scope_order, 'trace' AS name, NULL::BIGINT AS request_id,
+    SELECT 'trace' AS scope, 0 AS scope_order, 'capture' AS name, NULL::BIGINT AS request_id,
            0 AS wid, start_ns AS w0, start_ns + duration_ns AS w1, 0::BIGINT AS first_ns
     FROM traces WHERE trace_id = $trace_id
     UNION ALL
-    SELECT 'stage', 1, stage, NULL, event_id, start_ns, end_ns, min(start_ns) OVER (PARTITION BY stage)
+    SELECT 'active', 1, 'active span', NULL, 0, min(start_ns), max(end_ns), 0::BIGINT
+    FROM isl HAVING count(*) > 0
+    UNION ALL
+    SELECT 'stage', 2, stage, NULL, event_id, start_ns, end_ns, min(start_ns) OVER (PARTITION BY stage)
     FROM stages WHERE trace_id = $trace_id
     UNION ALL
-    SELECT 'request', 2, request_id::VARCHAR, request_id, request_id, start_ns, end_ns, start_ns
+    SELECT 'request', 3, request_id::VARCHAR, request_id, request_id, start_ns, end_ns, start_ns
     FROM requests WHERE trace_id = $trace_id
 ), ends AS (  -- both ends of every window on every device
     SELECT w.scope, w.scope_order, w.wid, d.key, -1 AS sign, w.w0 AS t
@@ -35,7 +39,7 @@ WITH isl AS (
     SELECT w.scope, w.scope_order, w.wid, d.key, 1, w.w1
     FROM windows w CROSS JOIN devices d
 ), points AS (  -- a unique id per key from what the point is (a row number would sort them)
-    SELECT *, (wid * 3 + scope_order) * 2 + (sign + 1) // 2 AS point_id FROM ends
+    SELECT *, (wid * 4 + scope_order) * 2 + (sign + 1) // 2 AS point_id FROM ends
 ), busy AS (  -- per window: busy up to its end minus busy up to its start, over devices
     SELECT p.scope, p.wid, sum(p.sign * b.busy_ns) AS ns
     FROM points p JOIN tk_busy_upto_islands('isl', 'points') b USING (key, point_id)

@@ -164,6 +164,19 @@ END;
 CREATE OR REPLACE TEMP MACRO tk_kernel_name(name) AS
 tk__kn_short(tk__kn_clean(name), trim(regexp_extract(tk__kn_clean(name), '^([^<(]*)', 1)));
 
+-- name: tk_kernel_signature
+-- returns: VARCHAR
+-- The name the category rules' kernel patterns are matched against (no return type, no anonymous namespaces).
+-- tk_kernel_signature(name): the name the category rules' kernel patterns are matched
+-- against: the demangled name without its return type ('void ', 'std::enable_if<...>::type ')
+-- and anonymous namespaces, so a pattern anchored with ^ starts at the kernel's namespace or
+-- function name: 'void at::native::(anonymous namespace)::foo<float>(float*)' ->
+-- 'at::native::foo<float>(float*)'.
+CREATE OR REPLACE TEMP MACRO tk_kernel_signature(name) AS
+regexp_replace(regexp_replace(regexp_replace(name, '(\(anonymous namespace\)|<unnamed>)::', '', 'g'),
+                              '^std::enable_if<.*?>::type\s+', ''),
+               '^(void|int|float|auto)\s+', '');
+
 -- name: tk_copy_direction
 -- returns: VARCHAR
 -- HtoD, DtoH, DtoD, PtoP, HtoH, other (or memset) for a copy, from its name or args.
@@ -213,19 +226,26 @@ CREATE TEMP TABLE IF NOT EXISTS tk_category_rules (
 -- tk_category_rules whose pattern matches the kernel name (target 'kernel') or its launching
 -- op (target 'op'), else 'other'.
 CREATE OR REPLACE TEMP MACRO tk_gpu_activity(tid) AS TABLE
-WITH with_op AS (
-    SELECT trace_id, event_id, kind, name, coalesce(device, -1) AS device, stream, start_ns,
-           end_ns, dur_ns, stage, request_id, launch_op AS op,
-           CASE WHEN kind = 'memcpy' THEN tk_copy_direction(kind, name, args) END AS direction
-    FROM events WHERE trace_id = tid AND kind IN ('kernel', 'memcpy', 'memset')
-), kinds AS (
-    SELECT DISTINCT name, op FROM with_op WHERE kind = 'kernel'
+WITH graph_launch AS (  -- runtime calls that replay a CUDA/HIP graph
+    SELECT event_id FROM events
+    WHERE trace_id = tid AND kind = 'runtime' AND name ILIKE '%GraphLaunch%'
+), with_op AS (
+    SELECT e.trace_id, e.event_id, e.kind, e.name, coalesce(e.device, -1) AS device, e.stream,
+           e.start_ns, e.end_ns, e.dur_ns, e.stage, e.request_id, e.launch_op AS op,
+           CASE WHEN e.kind = 'memcpy' THEN tk_copy_direction(e.kind, e.name, e.args) END
+               AS direction,
+           g.event_id IS NOT NULL AS graph_replayed
+    FROM events e LEFT JOIN graph_launch g ON g.event_id = e.launch_id
+    WHERE e.trace_id = tid AND e.kind IN ('kernel', 'memcpy', 'memset')
+), kinds AS (  -- a graph-replayed kernel is classified by its name alone (its op: NULL)
+    SELECT DISTINCT name, CASE WHEN NOT graph_replayed THEN op END AS op
+    FROM with_op WHERE kind = 'kernel'
 ), name_hits AS (  -- each rule runs once per distinct kernel name and once per distinct op,
     -- not per (name, op) pair: a pattern from a table is compiled at every call (~50 µs), and
     -- 2,000 names under 37 ops made 74k pairs x 11 rules, 21 s
     SELECT n.name, r.category, r.priority
     FROM (SELECT DISTINCT name FROM kinds) n JOIN tk_category_rules r
-      ON r.target = 'kernel' AND regexp_matches(n.name, r.pattern, 'i')
+      ON r.target = 'kernel' AND regexp_matches(tk_kernel_signature(n.name), r.pattern, 'i')
 ), op_hits AS (
     SELECT o.op, r.category, r.priority
     FROM (SELECT DISTINCT op FROM kinds WHERE op IS NOT NULL) o JOIN tk_category_rules r
@@ -249,7 +269,8 @@ SELECT w.trace_id, w.event_id, w.kind, w.name,
        CASE WHEN w.kind = 'memcpy' THEN 'memcpy ' || w.direction
             WHEN w.kind = 'memset' THEN 'memset'
             ELSE coalesce(c.category, 'other') END AS category
-FROM with_op w LEFT JOIN cat c ON c.name = w.name AND c.op IS NOT DISTINCT FROM w.op
+FROM with_op w LEFT JOIN cat c ON c.name = w.name
+    AND c.op IS NOT DISTINCT FROM (CASE WHEN NOT w.graph_replayed THEN w.op END)
 -- (the join on the name alone: a test of w's kind in ON made it a nested-loop join, kernels x
 -- distinct names)
 LEFT JOIN short s ON s.name = w.name;

@@ -162,9 +162,10 @@ class RunMetrics:
 
     @property
     def gpu_utilization(self) -> float | None:
-        """GPU busy (device-time) / (span of the GPU view x devices): the devices' mean."""
-        span = self.gpu_work.span_ms * self.gpu_devices
-        return self.gpu_busy_ms / span if span > 0 else None
+        """GPU busy (device-time) / the devices' summed ACTIVE spans (first to last GPU
+        activity each, gpu_busy_by_device): the report's trace-wide figure."""
+        every = next((d for d in self.devices if d.device == "all"), None)
+        return every.utilization if every is not None else None
 
 
 def _rows(ts: TraceSet, name: str) -> list[dict[str, Any]]:

@@ -48,7 +48,7 @@ def _fmt(v: Any, key: str) -> Cell:
     if isinstance(v, float):
         if not math.isfinite(v):
             return Cell("", "")
-        if key.startswith("share") or key in ("utilization", "coverage"):
+        if key.startswith("share") or key in ("utilization", "active_utilization", "coverage"):
             return Cell(f"{v:.1%}", repr(v))
         if key.endswith("_us"):
             return Cell(f"{v:.1f}", repr(v))
@@ -152,25 +152,47 @@ def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
     )
 
 
+def _program_words(q: Mapping[str, list[dict[str, Any]]]) -> str:
+    """'Program: inference, single rank (evidence).' from program_kind."""
+    k = (q.get("program_kind") or [{}])[0]
+    if not k:
+        return ""
+    ranks = "multi-rank" if k.get("multi_rank") else "single rank"
+    graphs = (
+        f"; {k['graph_kernels']} of {k['kernels']} kernels replayed from "
+        f"{k['graph_launches']} graph launches"
+        if k.get("graph_kernels")
+        else ""
+    )
+    return f"Program: {k['kind']}, {ranks} ({k['kind_evidence']}; {k['rank_evidence']}{graphs})."
+
+
 def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
-    """GPU busy per device, and what the busiest device spends its time on."""
+    """GPU busy per device over its active span (the capture as context only), and what the
+    busiest device spends its time on."""
     devs = q["gpu_devices"]
     if not devs:
         return "No GPU activity in this trace."
     parts = ", ".join(
-        f"{d['device_name']} busy {d['utilization'] or 0:.0%} ({d['busy_ms']:.3f} of "
-        f"{d['window_ms']:.3f} ms)"
+        f"{d['device_name']} busy {d['active_utilization'] or 0:.0%} of its active span "
+        f"({d['busy_ms']:.3f} of {d['active_ms'] or 0:.3f} ms, first to last GPU activity; "
+        f"capture {d['window_ms']:.3f} ms, of which start-up {d['idle_before_ms'] or 0:.3f} ms "
+        f"and teardown {d['idle_after_ms'] or 0:.3f} ms outside it)"
         for d in devs
     )
     top = max(devs, key=lambda d: d["busy_ms"])
-    cats = [c for c in q["gpu_categories"] if c["device"] == top["device"]]
+    cats = [
+        c
+        for c in q["gpu_categories"]
+        if c["device"] == top["device"] and not str(c["category"]).startswith(("memcpy", "memset"))
+    ]
     text = f"GPU: {parts}."
     if cats:
         c = cats[0]
         where = f" on {top['device_name']}" if len(devs) > 1 else ""
         text += (
-            f" Top activity{where}: {c['category']} {c['share_of_device']:.0%} of GPU time "
-            f"(top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
+            f" Top kernel category{where}: {c['category']} {c['share_of_device']:.0%} of GPU "
+            f"time (top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
         )
     return text
 
@@ -181,6 +203,31 @@ def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
         return ""
     return ", of which " + ", ".join(
         f"{k['stage']} {k['total_ms'] / n:.3f} ms ({k['share_of_parent'] or 0:.0%})" for k in kids
+    )
+
+
+GPU_TAIL_SHARE = 0.05  # a GPU tail under this share of the host time is not worth a word
+
+
+def _gpu_tail_words(reqs: Sequence[Mapping[str, Any]], windows: bool) -> str:
+    """' Host 26.000 ms; its GPU work finishes 130.000 ms later (latency 156.000 ms).' when the
+    GPU work a request launched outlasts its host range (latency_ms of request_breakdown)."""
+    if not reqs or windows:
+        return ""
+    tails = sorted(float(r["gpu_tail_ms"] or 0.0) for r in reqs)
+    hosts = sorted(float(r["e2e_ms"] or 0.0) for r in reqs)
+    lats = sorted(float(r["latency_ms"] or 0.0) for r in reqs)
+    mid = len(reqs) // 2
+    if tails[mid] <= 0 or tails[mid] < GPU_TAIL_SHARE * hosts[mid]:
+        return ""
+    if len(reqs) == 1:
+        return (
+            f" Host {hosts[0]:.3f} ms; the GPU work it launched finishes {tails[0]:.3f} ms "
+            f"later (latency {lats[0]:.3f} ms)."
+        )
+    return (
+        f" Including the GPU work each request launched, the median latency is {lats[mid]:.3f} "
+        f"ms: host {hosts[mid]:.3f} ms, GPU finishes {tails[mid]:.3f} ms later (medians)."
     )
 
 
@@ -241,6 +288,7 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             f"No requests or stages found in the {(overview.get('span_ms') or 0.0):.3f} ms trace "
             "window: annotate with tracekit.request()/stage() or pass --stage NAME=REGEX."
         )
+    sentence += _gpu_tail_words(reqs, overview.get("request_source") == "window")
     # one request, or windows that are not requests: no percentiles
     many = e2e is not None and e2e["count"] > 1 and overview.get("request_source") != "window"
     return Answer(
@@ -253,7 +301,7 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         split,
         sentence,
         _stage_source(q),
-        _gpu_sentence(q),
+        " ".join(t for t in (_program_words(q), _gpu_sentence(q)) if t),
     )
 
 

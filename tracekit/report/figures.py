@@ -18,6 +18,14 @@ def rounded(v: Any) -> Any:
     return v
 
 
+def _program(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The program kind (program_kind): inference/training/other, single or multi-rank."""
+    k = (q.get("program_kind") or [None])[0]
+    if not k:
+        return None
+    return {key: v for key, v in k.items() if key != "trace_id"}
+
+
 def figures(
     q: Mapping[str, list[dict[str, Any]]], answer: Answer, findings: Sequence[Finding]
 ) -> dict[str, Any]:
@@ -58,7 +66,10 @@ def figures(
             {
                 "request_id": r["request_id"],
                 "start_ms": rounded(r["start_ms"]),
-                "e2e_ms": rounded(r["e2e_ms"]),
+                "e2e_ms": rounded(r["e2e_ms"]),  # the host range
+                "latency_ms": rounded(r["latency_ms"]),  # to the end of its GPU work
+                "gpu_tail_ms": rounded(r["gpu_tail_ms"]),
+                "gpu_idle_before_ms": rounded(r["gpu_idle_before_ms"]),
                 "stages": {k: rounded(v) for k, v in json.loads(r["stages_json"]).items()},
                 "unattributed_ms": rounded(r["unattributed_ms"]),
                 "gpu_busy_ms": rounded(r["gpu_busy_ms"]),
@@ -66,11 +77,31 @@ def figures(
             for r in q["request_breakdown"]
         ],
         "top_ops": [{k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["top_ops"]],
+        # one trace-wide ranking (full names), the per-stage rows apart
         "top_kernels": [
+            {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["top_kernels_trace"]
+        ],
+        "top_kernels_by_stage": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["top_kernels"]
         ],
+        "program": _program(q),
         "gpu": {
+            # every utilization names its window: "active" = each device's first to last GPU
+            # activity (the headline), "capture" = the trace's span (context only)
+            "windows": {
+                "utilization": "capture",
+                "active_utilization": "active",
+                "by_stage[].utilization": "stage",
+                "per_request[].gpu_busy_ms": "request",
+            },
             "busy_ms": rounded(trace_gpu.get("busy_ms")),
+            "active_ms": rounded(sum(r["active_ms"] or 0 for r in q["gpu_devices"])),
+            "active_utilization": rounded(
+                sum(r["busy_ms"] or 0 for r in q["gpu_devices"])
+                / sum(r["active_ms"] or 0 for r in q["gpu_devices"])
+                if sum(r["active_ms"] or 0 for r in q["gpu_devices"])
+                else None
+            ),
             "window_ms": rounded(trace_gpu.get("window_ms")),
             "utilization": rounded(trace_gpu.get("utilization")),
             "devices": trace_gpu.get("devices", 0) if trace_gpu else 0,
@@ -79,6 +110,11 @@ def figures(
                     "device": r["device"],
                     "name": r["device_name"],
                     "busy_ms": rounded(r["busy_ms"]),
+                    "active_ms": rounded(r["active_ms"]),
+                    "active_utilization": rounded(r["active_utilization"]),
+                    "idle_before_ms": rounded(r["idle_before_ms"]),
+                    "idle_after_ms": rounded(r["idle_after_ms"]),
+                    "capture_ms": rounded(r["window_ms"]),
                     "utilization": rounded(r["utilization"]),
                     "streams": [
                         {

@@ -96,8 +96,12 @@ def rule_attention_heavy(results: Results) -> Iterable[Finding]:
             f"bmm/softmax/baddbmm/scaled_dot_product_attention self time = {attn:.3f} ms, "
             f"{attn / total:.0%} of inference op self time ({total:.3f} ms)",
             "top_ops",
-            "Use fused attention (torch.nn.functional.scaled_dot_product_attention / "
-            "FlashAttention) and check sequence padding.",
+            (
+                "Fused attention kernels are already in use: check sequence padding."
+                if _num(_program(results).get("fused_attention_kernels")) > 0
+                else "Use fused attention (torch.nn.functional.scaled_dot_product_attention / "
+                "FlashAttention) and check sequence padding."
+            ),
             {"attention_self_ms": attn, "share": attn / total},
         )
 
@@ -117,8 +121,9 @@ def rule_gpu_idle_inference(results: Results) -> Iterable[Finding]:
                     f"GPU busy {_num(r.get('busy_ms')):.3f} ms of {_num(r.get('window_ms')):.3f}"
                     f" ms inference time ({util:.0%})",
                     "gpu_utilization",
-                    "The host is the bottleneck: look at idle_gaps and launch_overhead; try CUDA "
-                    "graphs, torch.compile, larger batches, fewer syncs.",
+                    "The host is the bottleneck: look at idle_gaps and launch_overhead; try "
+                    + ("" if _graphs_in_use(results) else "CUDA graphs, ")
+                    + "torch.compile, larger batches, fewer syncs.",
                     {"utilization": util},
                 )
 
@@ -256,63 +261,121 @@ MIN_COPY_MS = 0.5
 MIN_COPY_SHARE = 0.02  # of the trace span
 
 
-def _low_util_cause(w: Mapping[str, Any], busy_ms: float) -> tuple[str, str]:
-    """(cause in words, next step) from CPU-side evidence (host_waits)."""
-    span = _num(w.get("span_ms"))
+CAUSE_SHARE = 0.2  # a cause must explain at least this share of the GPU's idle time
+LAUNCH_SHARE = 0.5  # launch-bound: launch API time at least this share of the idle time
+
+
+def _program(results: Results) -> Mapping[str, Any]:
+    return (results.get("program_kind") or [{}])[0]
+
+
+def _graphs_in_use(results: Results) -> bool:
+    k = _program(results)
+    return _num(k.get("graph_kernels")) > 0
+
+
+def _low_util_cause(results: Results, busy_ms: float, idle_ms: float) -> tuple[str, str]:
+    """(cause in words with its share of the idle time, next step), chosen by what the trace
+    proves: blocking calls, data loading, syncs, launches (only without graph replay)."""
+    w = (results.get("host_waits") or [{}])[0]
+    k = _program(results)
+    idle = max(idle_ms, 1e-9)
     sync_ms, item_calls = _num(w.get("sync_ms")), int(_num(w.get("item_calls")))
     dl_ms = _num(w.get("dataloader_ms"))
     kernels, short = int(_num(w.get("kernels"))), int(_num(w.get("short_kernels")))
     launch_ms = _num(w.get("launch_api_ms"))
-    if dl_ms >= 0.2 * span and dl_ms > 0:
+    graph_kernels = _num(k.get("graph_kernels"))
+    blocking = [b for b in results.get("blocking_calls", []) if _num(b.get("total_ms")) > 0]
+    top = blocking[0] if blocking else None
+    if top and _num(top.get("total_ms")) >= CAUSE_SHARE * idle:
+        where = f" in stage {top['stage']}" if top.get("stage") else ""
         return (
-            f"input pipeline: data loading ranges take {dl_ms:.3f} ms ({dl_ms / span:.0%} of "
-            "the window)",
+            f"blocking calls: {top['name']} x{top['calls']} takes {_num(top['total_ms']):.3f} ms "
+            f"on the host (longest {_num(top['max_ms']):.3f} ms{where}), "
+            f"{min(_num(top['total_ms']) / idle, 1):.0%} of the GPU's {idle_ms:.3f} ms idle time",
+            "Remove the blocking call from the hot path: copy from pinned memory with "
+            "non_blocking=True, keep results on the GPU, or move the copy/sync after the next "
+            "batch's work is queued.",
+        )
+    reqs = [r for r in results.get("request_breakdown", []) if _num(r.get("gpu_events")) > 0]
+    before_ms = sum(_num(r.get("gpu_idle_before_ms")) for r in reqs)
+    if before_ms >= CAUSE_SHARE * idle and before_ms > 0:
+        return (
+            f"GPU idle before the first kernel: inside the {len(reqs)} requests the GPU waits "
+            f"{before_ms:.3f} ms in all for its first work (host work before it: preprocessing, "
+            f"data preparation), {min(before_ms / idle, 1):.0%} of the GPU's idle time",
+            "Move the host work before the first kernel off the critical path (preprocess the "
+            "next request while the GPU runs this one, or move it to the GPU).",
+        )
+    if dl_ms >= CAUSE_SHARE * idle and dl_ms > 0:
+        return (
+            f"input pipeline: data loading ranges take {dl_ms:.3f} ms "
+            f"({min(dl_ms / idle, 1):.0%} of the GPU's idle time)",
             "Load data in parallel (DataLoader num_workers, pin_memory=True, prefetch) so the "
             "GPU does not wait for the next batch.",
         )
-    if sync_ms >= 0.2 * span and sync_ms > 0:
+    if sync_ms >= CAUSE_SHARE * idle and sync_ms > 0:
         return (
             f"host syncs: the host waits in synchronize calls for {sync_ms:.3f} ms "
-            f"({sync_ms / span:.0%} of the window; {item_calls} .item()/nonzero-style ops)",
+            f"({min(sync_ms / idle, 1):.0%} of the GPU's idle time; {item_calls} "
+            ".item()/nonzero-style ops)",
             "Remove synchronizations from the loop (.item(), .cpu(), print of tensors, "
             "torch.cuda.synchronize) or move them after the work is queued.",
         )
-    if kernels and short / kernels >= 0.5:
+    # launch-bound only when kernels are launched one by one and the launches explain the idle
+    eager = kernels - graph_kernels
+    if (
+        eager > 0
+        and eager >= 0.5 * kernels
+        and short >= 0.5 * kernels
+        and (launch_ms >= LAUNCH_SHARE * idle)
+    ):
+        step = (
+            "Fewer, larger kernels: operator fusion (torch.compile), larger batches."
+            if _graphs_in_use(results)
+            else "Fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), "
+            "operator fusion (torch.compile), larger batches."
+        )
         return (
             f"launch-bound: {short} of {kernels} kernels run under 10 µs (median "
             f"{_num(w.get('median_kernel_us')):.1f} µs) and kernel launches take {launch_ms:.3f} "
-            f"ms of host time against {busy_ms:.3f} ms of GPU work",
-            "Fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), "
-            "operator fusion (torch.compile), larger batches.",
+            f"ms of host time, {min(launch_ms / idle, 1):.0%} of the GPU's {idle_ms:.3f} ms "
+            "idle time",
+            step,
         )
     return (
-        "the host does other work between GPU bursts (no dominant sync, launch or data wait)",
+        f"the host does other work between GPU bursts (no blocking call, sync, data wait or "
+        f"launch overhead explains {CAUSE_SHARE:.0%} of the {idle_ms:.3f} ms idle time)",
         "Look at the longest idle gaps (idle_gaps) and what the host does in them.",
     )
 
 
 def rule_gpu_low_utilization(results: Results) -> Iterable[Finding]:
-    waits = (results.get("host_waits") or [{}])[0]
+    """Utilization over each device's ACTIVE span (first to last GPU activity): start-up
+    before the first activity and teardown after the last are not idle time."""
     for d in results.get("gpu_devices", []):
-        util, window = _num(d.get("utilization")), _num(d.get("window_ms"))
-        if window < MIN_WINDOW_MS or util >= LOW_UTILIZATION:
+        active = _num(d.get("active_ms"))
+        util = _num(d.get("active_utilization"))
+        if active < MIN_WINDOW_MS or util >= LOW_UTILIZATION:
             continue
         busy = _num(d.get("busy_ms"))
-        cause, step = _low_util_cause(waits, busy)
+        cause, step = _low_util_cause(results, busy, active - busy)
+        w = (results.get("host_waits") or [{}])[0]
         yield Finding(
             f"gpu_low_utilization:{d['device']}",
             "high" if util < 0.25 else "medium",
-            f"{d['device_name']} is busy only {util:.0%} of the time",
-            f"GPU busy {busy:.3f} ms of {window:.3f} ms ({util:.0%}); likely cause: {cause}",
+            f"{d['device_name']} is busy only {util:.0%} of its active span",
+            f"GPU busy {busy:.3f} ms of its {active:.3f} ms active span (first to last GPU "
+            f"activity; {util:.0%}); likely cause: {cause}",
             "gpu_devices",
             step,
             {
                 "utilization": util,
                 "busy_ms": busy,
-                "window_ms": window,
-                "sync_ms": _num(waits.get("sync_ms")),
-                "launch_api_ms": _num(waits.get("launch_api_ms")),
-                "short_kernels": _num(waits.get("short_kernels")),
+                "window_ms": active,
+                "sync_ms": _num(w.get("sync_ms")),
+                "launch_api_ms": _num(w.get("launch_api_ms")),
+                "short_kernels": _num(w.get("short_kernels")),
             },  # fmt: skip
         )
 
@@ -332,8 +395,13 @@ def rule_attention_dominated(results: Results) -> Iterable[Finding]:
             f"Attention takes {attn / kernel_ms:.0%} of GPU kernel time on {d['device_name']}",
             f"attention kernels {attn:.3f} ms of {kernel_ms:.3f} ms kernel time (top: {top})",
             "gpu_categories",
-            "Use fused attention (scaled_dot_product_attention / FlashAttention); when input "
-            "lengths vary, bucket or pack sequences instead of padding to the longest.",
+            (
+                "Fused attention kernels are already in use: when input lengths vary, bucket "
+                "or pack sequences instead of padding to the longest."
+                if _num(_program(results).get("fused_attention_kernels")) > 0
+                else "Use fused attention (scaled_dot_product_attention / FlashAttention); when "
+                "input lengths vary, bucket or pack sequences instead of padding to the longest."
+            ),
             {"attention_ms": attn, "kernel_ms": kernel_ms, "share": attn / kernel_ms},
         )
 
@@ -351,8 +419,13 @@ def rule_exposed_communication(results: Results) -> Iterable[Finding]:
             f"communication {comm:.3f} ms, of which {exposed:.3f} ms with no other kernel "
             f"running ({exposed / busy:.0%} of the device's busy time)",
             "gpu_devices",
-            "Overlap communication with compute: run collectives on a separate stream, bucket "
-            "gradients (DDP bucket_cap_mb), prefetch (FSDP forward/backward_prefetch).",
+            (
+                "Overlap communication with compute: run collectives on a separate stream, "
+                "bucket gradients (DDP bucket_cap_mb), prefetch (FSDP forward/backward_prefetch)."
+                if _program(results).get("kind") == "training"
+                else "Overlap communication with compute (collectives on a separate stream, "
+                "fused GEMM + all-reduce), or shard so fewer collectives sit on the critical path."
+            ),
             {"communication_ms": comm, "exposed_communication_ms": exposed},
         )
 

@@ -127,6 +127,17 @@ KERNEL_COLS = (
     ("share_of_stage_gpu", "Share of stage GPU"),
     ("coverage", "Coverage"),
 )
+KERNEL_TRACE_COLS = (
+    ("rank", "#"),
+    ("short_name", "Kernel"),
+    ("category", "Category"),
+    ("devices", "Devices"),
+    ("count", "Count"),
+    ("total_ms", "Total ms"),
+    ("mean_ms", "Mean ms"),
+    ("max_ms", "Max ms"),
+    ("share_of_kernel_time", "Share of kernel time"),
+)
 GPU_COLS = (
     ("scope", "Scope"),
     ("name", "Window"),
@@ -142,8 +153,10 @@ DEVICE_COLS = (
     ("streams", "Streams"),
     ("kernels", "Kernels"),
     ("busy_ms", "Busy ms"),
-    ("window_ms", "Window ms"),
-    ("utilization", "Utilization"),
+    ("active_ms", "Active ms"),
+    ("active_utilization", "Active util"),
+    ("window_ms", "Capture ms"),
+    ("utilization", "Capture util"),
     ("communication_ms", "Communication ms"),
     ("exposed_communication_ms", "Exposed comm. ms"),
 )
@@ -195,6 +208,7 @@ LAUNCH_COLS = (
     ("gpu_ms", "GPU ms"),
     ("queue_p50_us", "Queue p50 µs"),
     ("queue_p99_us", "Queue p99 µs"),
+    ("queue_clamped", "Queue clamped"),
 )
 OVERVIEW_COLS = (
     ("file", "File"),
@@ -286,14 +300,20 @@ def _gpu_rows(laid: Laid) -> Rows:
 
 
 def _gpu_note(laid: Laid) -> str:
-    return "Per-request GPU busy time is in the requests table." if laid.has_gpu else NO_GPU_NOTE
+    return (
+        "Windows: active = the GPU's active span, first to last GPU activity (the trace-wide "
+        "figure); trace = the whole capture, start-up and teardown included (context only); "
+        "stage = its ranges. Per-request GPU busy time is in the requests table."
+        if laid.has_gpu
+        else NO_GPU_NOTE
+    )
 
 
 def _gpu_charts(laid: Laid) -> Sequence[charts.Chart]:
     if not laid.has_gpu:
         return ()
-    windows = [r for r in laid.q["gpu_utilization"] if r["scope"] in ("trace", "stage")]
-    # the trace and the stages with the longest windows; the table lists every stage
+    windows = [r for r in laid.q["gpu_utilization"] if r["scope"] in ("active", "stage")]
+    # the active span and the stages with the longest windows; the table lists every stage
     shown = windows[:1] + sorted(windows[1:], key=lambda r: -r["window_ms"])[:BUSY_BARS]
     names = {int(d["device"]): str(d["device_name"]) for d in laid.q["gpu_devices"]}
     return [
@@ -324,13 +344,20 @@ SECTIONS: tuple[Section, ...] = (
             # without Python events top_ops already says it
             shown=lambda laid: any(r["kind"] == "python"
                                    for r in laid.q["python_functions"])),
-    Section("kernels", "Top GPU kernels per stage", "top_kernels", "top_kernels", KERNEL_COLS,
-            limit=True),
+    Section("kernels_trace", "Top GPU kernels (whole trace)", "top_kernels_trace",
+            "top_kernels", KERNEL_TRACE_COLS, limit=True,
+            note="One ranking over every stage; kernels counted by full name (the short name "
+                 "is for display only); share = of all kernels' summed time."),
+    Section("kernels", "Top GPU kernels per stage", "top_kernels", "top_kernels_by_stage",
+            KERNEL_COLS, limit=True),
     Section("gpu", "GPU busy / idle", "gpu_utilization", "gpu.busy_ms, gpu.by_stage", GPU_COLS,
             rows=_gpu_rows, note=_gpu_note, charts=_gpu_charts),
     Section("devices", "GPU devices", "gpu_devices", "gpu.per_device", DEVICE_COLS,
-            note="Busy = union of the device's kernel, memcpy and memset intervals; "
-                 "utilization = busy / trace span. Exposed communication: communication time "
+            note="Busy = union of the device's kernel, memcpy and memset intervals. Active ms = "
+                 "the device's active span (first to last GPU activity); active util = busy / "
+                 "active span, the trace-wide figure. Capture ms = the whole capture (start-up "
+                 "and teardown included) and capture util = busy / capture: context only. "
+                 "Exposed communication: communication time "
                  "with no other kernel running on that device."),
     Section("categories", "GPU activity by category", "gpu_categories",
             "gpu.per_device[].by_category", CATEGORY_COLS,
@@ -340,9 +367,12 @@ SECTIONS: tuple[Section, ...] = (
     Section("gaps", "Longest GPU idle gaps", "idle_gaps", "idle_gaps", GAP_COLS,
             params={"limit": 10}),
     Section("memcpy", "Memory copies", "memcpy_summary", "memcpy", MEMCPY_COLS),
-    Section("launch", "Launch overhead", "launch_overhead", "launch_overhead", LAUNCH_COLS),
+    Section("launch", "Launch overhead", "launch_overhead", "launch_overhead", LAUNCH_COLS,
+            note="Queue = GPU start minus the end of the launching call, clamped at 0; queue "
+                 "clamped counts the GPU events that started before their call returned."),
 )  # fmt: skip
 
 # queries the answer, the findings and the charts read besides the sections' own
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
-                 "host_waits", "request_timeline", "gpu_timeline")  # fmt: skip
+                 "host_waits", "request_timeline", "gpu_timeline", "program_kind",
+                 "blocking_calls")  # fmt: skip
