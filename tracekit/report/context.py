@@ -144,6 +144,14 @@ def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
         )
     how, _, depth = inferred[0].removeprefix("inferred:").partition(" depth ")
     req = _REQ_WORDS.get(q["trace_overview"][0].get("request_source") or "", "each request")
+    if not depth:  # a serving structure (tracekit/serving_structures.toml)
+        from tracekit.structures import titles
+
+        return (
+            f"The trace has no tracekit stages: stages from how its serving code is written, "
+            f"{titles().get(how, how)} (source inferred:{how}, tracekit/serving_structures.toml), "
+            f"under {req}; name stages yourself with --stage NAME=REGEX."
+        )
     return (
         f"The trace has no tracekit stages: stages inferred from {_HOW.get(how, how)} "
         f"(depth {depth}) under {req}; pick another depth with --stage-depth N, or name "

@@ -121,6 +121,61 @@ FROM (
 ) h
 WHERE h.before_end IS NULL OR h.before_end < h.end_ns;
 
+-- 3b. Serving structures (tracekit/serving_structures.toml, in temp table _structure_rules): a
+-- trace with no stage so far takes them from the first structure (lowest rank) that one of
+-- its required stages matches. Each pattern runs once per distinct (kind, name). A stage with
+-- a `span` becomes one range per enclosing span event, from its first hit to its last; then,
+-- as for rules, only the outermost hit of a stage on a thread counts.
+CREATE OR REPLACE TEMP TABLE _structure_hits AS
+WITH names AS (
+    SELECT DISTINCT kind, name FROM _events_raw
+    WHERE kind IN ('range', 'cpu_op', 'python') AND tid IS NOT NULL
+      AND NOT EXISTS (FROM _stage_ranges) AND EXISTS (FROM _structure_rules)
+), matched AS (
+    SELECT n.kind, n.name, r.* FROM names n JOIN _structure_rules r
+      ON list_contains(r.kinds, n.kind) AND regexp_matches(n.name, r.pattern)
+    WHERE r.exclude IS NULL OR NOT regexp_matches(n.name, r.exclude)
+), chosen AS (
+    SELECT min(rank) AS rank FROM matched WHERE required
+)
+SELECT e.event_id, m.stage, e.start_ns, e.end_ns, e.pid, e.tid, m.structure, m.span, m.step,
+       TRY_CAST(nullif(regexp_extract(e.name, m.batch, 1), '') AS INTEGER) AS batch_size
+FROM _events_raw e JOIN matched m ON e.kind = m.kind AND e.name = m.name
+WHERE m.rank = (SELECT rank FROM chosen) AND e.tid IS NOT NULL;
+
+CREATE OR REPLACE TEMP TABLE _structure_spans AS
+WITH span_names AS (
+    SELECT DISTINCT h.span, e.name FROM _events_raw e, (SELECT DISTINCT span FROM _structure_hits
+                                                       WHERE span IS NOT NULL) h
+    WHERE e.kind IN ('range', 'cpu_op', 'python') AND e.tid IS NOT NULL
+      AND regexp_matches(e.name, h.span)
+), outer_ev AS (
+    SELECT e.event_id AS span_id, s.span, coalesce(e.pid, -1) AS pid, e.tid, e.start_ns,
+           e.end_ns
+    FROM _events_raw e JOIN span_names s ON e.name = s.name
+    WHERE e.kind IN ('range', 'cpu_op', 'python') AND e.tid IS NOT NULL
+), inside AS (
+    SELECT h.*, o.span_id, o.end_ns AS span_end
+    FROM (SELECT *, coalesce(pid, -1) AS k_pid FROM _structure_hits WHERE span IS NOT NULL) h
+    ASOF JOIN outer_ev o
+      ON o.span = h.span AND o.pid = h.k_pid AND o.tid = h.tid AND h.start_ns >= o.start_ns
+)
+SELECT min(event_id) AS event_id, stage, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+       any_value(pid) AS pid, tid, any_value(structure) AS structure, any_value(span) AS span,
+       any_value(step) AS step, max(batch_size) AS batch_size
+FROM inside WHERE end_ns <= span_end
+GROUP BY span_id, stage, tid;
+
+INSERT INTO _stage_ranges
+SELECT h.event_id, h.stage, h.start_ns, h.end_ns, h.pid, h.tid, 'inferred:' || h.structure
+FROM (
+    SELECT *, max(end_ns) OVER (
+        PARTITION BY stage, pid, tid ORDER BY start_ns, end_ns DESC, event_id
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_end
+    FROM (FROM _structure_hits WHERE span IS NULL UNION ALL BY NAME FROM _structure_spans)
+) h
+WHERE h.before_end IS NULL OR h.before_end < h.end_ns;
+
 -- @step requests
 -- 4. Requests: tracekit:request ranges; else ProfilerStep#N; else one request per run of
 -- stages that starts again each time the first stage name recurs.

@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS stages (
     event_id   BIGINT NOT NULL,       -- the range event that defines the stage
     pid        BIGINT,
     tid        BIGINT,
-    source     VARCHAR,               -- 'annotated' | 'rule' | 'inferred:<modules|ranges|ops> depth N'
+    source     VARCHAR,               -- 'annotated' | 'rule' | 'inferred:<modules|ranges|ops> depth N' | 'inferred:<structure>' (serving_structures.toml)
     parent_stage VARCHAR              -- derived: the stage of the innermost range of another stage
                                       -- on the same thread that contains this one (NULL: none)
 );
