@@ -192,7 +192,8 @@ def test_vocabulary_parses_and_names_its_structures() -> None:
         ),
         ('[[structure]]\nname = "x"\n', "needs [[structure.stage]]"),
         (
-            '[[structure]]\nname = "x"\n[[structure.stage]]\nstage = "a"\nmatch = "b"\nstep = "z"\n',
+            '[[structure]]\nname = "x"\n[[structure.stage]]\nstage = "a"\nmatch = "b"\n'
+            'step = "z"\n',
             "step must be",
         ),
         ("[[structure]\n", "not valid TOML"),
@@ -218,3 +219,55 @@ def test_user_structures_come_first(tmp_path: Path, copy_trace, monkeypatch) -> 
     monkeypatch.chdir(tmp_path)
     stages, _ = _stage_rows(copy_trace(trace))
     assert {(s["stage"], s["source"]) for s in stages} == {("batch", "inferred:my-loop")}
+
+
+def _is_wait(name: str) -> bool:
+    """Runtime calls that block the host until the GPU is done (oracle's own spelling)."""
+    low = name.lower()
+    return "synchronize" in low or name in {"cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream"}
+
+
+@pytest.mark.parametrize(("trace", "structure", "oracle"), CASES)
+def test_host_waits_inside_stages_and_graph_share_equal_a_plain_pass(
+    trace: Path, structure: str, oracle, copy_trace
+) -> None:
+    """Per stage, the blocking runtime calls on its thread inside its ranges (summed; the
+    shared traces' waits do not overlap) and the outermost cpu_op around the largest; the
+    share of kernel time whose correlation id is a graph launch's."""
+    events = _complete(_events(trace))
+    ranges = oracle(trace)
+    want: dict[str, float] = defaultdict(float)
+    ops = [e for _, e in events if e.get("cat") == "cpu_op"]
+    top: dict[str, tuple[float, str]] = {}
+    for _, e in events:
+        if e.get("cat") != "cuda_runtime" or not _is_wait(e["name"]):
+            continue
+        holders = [(r[1], st) for st, rs in ranges.items() for r in rs
+                   if r[4] == e.get("tid") and r[1] <= e["ts"] <= r[2]]  # fmt: skip
+        if not holders:
+            continue
+        stage = max(holders)[1]
+        want[stage] += e["dur"]
+        around = [o for o in ops if o.get("tid") == e.get("tid")
+                  and o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]]  # fmt: skip
+        op = min(around, key=lambda o: o["ts"])["name"] if around else None
+        if op and (stage not in top or top[stage][0] < e["dur"]):
+            top[stage] = (e["dur"], op)
+    launches = {e["args"]["correlation"] for _, e in events
+                if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"]}  # fmt: skip
+    kernels = [e for _, e in events if e.get("cat") == "kernel"]
+    replayed = sum(e["dur"] for e in kernels if e["args"].get("correlation") in launches)
+    with tracekit.open(copy_trace(trace)) as ts:
+        got = {r["stage"]: r for r in ts.query("stage_host_waits").to_dicts()}
+        graph = ts.query("graph_replay").to_dicts()[0]
+    assert set(got) == set(want)
+    for stage, us in want.items():
+        assert got[stage]["wait_ms"] == pytest.approx(us / 1e3, rel=0.01)
+        if stage in top:
+            assert got[stage]["op"] == top[stage][1]
+    assert graph["replayed_ms"] == pytest.approx(replayed / 1e3, rel=0.01)
+    assert graph["share_of_kernel_time"] == pytest.approx(
+        replayed / sum(e["dur"] for e in kernels), rel=0.01
+    )
+    if "flux" in trace.name:  # the pipeline's postprocess waits for the VAE's image
+        assert want["postprocess"] > 0.9 * sum(r[2] - r[1] for r in ranges["postprocess"])

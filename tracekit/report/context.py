@@ -21,6 +21,7 @@ from tracekit.report.figures import figures
 from tracekit.report.findings import Finding, evaluate
 from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
+from tracekit.report.serving import serving_sentence
 from tracekit.sql import load_query
 from tracekit.store.traceset import QuerySource
 
@@ -261,6 +262,7 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         sentence,
         _stage_source(q),
         _gpu_sentence(q),
+        serving_sentence(q),
     )
 
 

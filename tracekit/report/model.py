@@ -62,6 +62,12 @@ class Answer:
     gpu_sentence: str = field(
         default="", metadata={"help": "GPU busy per device and the top category/kernel"}
     )
+    serving: str = field(
+        default="",
+        metadata={
+            "help": "the host waiting for the GPU inside stages, GPU time replayed from graphs"
+        },
+    )
 
 
 @dataclass(frozen=True)

@@ -345,4 +345,5 @@ SECTIONS: tuple[Section, ...] = (
 
 # queries the answer, the findings and the charts read besides the sections' own
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
-                 "host_waits", "request_timeline", "gpu_timeline")  # fmt: skip
+                 "host_waits", "request_timeline", "gpu_timeline", "stage_host_waits",
+                 "graph_replay")  # fmt: skip
