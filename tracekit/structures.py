@@ -23,7 +23,7 @@ from tracekit.store.literals import row_literal
 from tracekit.store.stages import CONFIG_NAME
 
 _KINDS = ("python", "range", "cpu_op")
-_STEPS = ("prefill", "decode")
+_STEPS = ("prefill", "decode", "generation")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -31,7 +31,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 class StructureStage:
     """Events of `kinds` whose name matches `pattern` (and not `exclude`) are stage `stage` of
     structure `structure` (optionally one range per `span` event, from its first hit to its
-    last; optionally an engine `step` whose batch size `batch` reads from the name)."""
+    last; optionally an engine `step` whose batch size `batch` reads from the name, or
+    "generation" steps: the model forwards inside each `within` event)."""
 
     structure: str
     title: str
@@ -41,6 +42,7 @@ class StructureStage:
     kinds: tuple[str, ...]
     span: str | None
     step: str | None
+    within: str | None
     batch: str | None
     required: bool
 
@@ -89,6 +91,8 @@ def parse_structures(text: str, source: str) -> list[StructureStage]:
             step = s.get("step")
             if step is not None and step not in _STEPS:
                 raise ConfigError(f"{source}: {where}: step must be one of {_STEPS}")
+            if (step == "generation") != (s.get("within") is not None):
+                raise ConfigError(f'{source}: {where}: step "generation" goes with `within`')
             out.append(
                 StructureStage(
                     structure=name,
@@ -101,6 +105,9 @@ def parse_structures(text: str, source: str) -> list[StructureStage]:
                     kinds=tuple(kinds),
                     span=None if s.get("span") is None else _regex(s["span"], "span", source),
                     step=step,
+                    within=None
+                    if s.get("within") is None
+                    else _regex(s["within"], "within", source),
                     batch=None if s.get("batch") is None else _regex(s["batch"], "batch", source),
                     required=requires is None or stage in requires,
                 )
@@ -147,7 +154,7 @@ def install(con: duckdb.DuckDBPyConnection, structures: list[StructureStage]) ->
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _structure_rules (rank INTEGER, structure VARCHAR, "
         "stage VARCHAR, pattern VARCHAR, exclude VARCHAR, kinds VARCHAR[], span VARCHAR, "
-        "step VARCHAR, batch VARCHAR, required BOOLEAN)"
+        "step VARCHAR, batch VARCHAR, required BOOLEAN, within VARCHAR)"
     )
     ranks: dict[str, int] = {}
     rows = [
@@ -163,6 +170,7 @@ def install(con: duckdb.DuckDBPyConnection, structures: list[StructureStage]) ->
                 s.step,
                 s.batch,
                 s.required,
+                s.within,
             )
         )
         for s in structures

@@ -100,6 +100,8 @@ def derive(
         "_structure_rules",
         "_structure_hits",
         "_structure_spans",
+        "_structure_enclosed",
+        "_structure_gen",
         "_cand",
         "_cand_depth",
         "_cand_stats",
