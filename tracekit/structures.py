@@ -45,6 +45,7 @@ class StructureStage:
     within: str | None
     batch: str | None
     required: bool
+    request: str | None = None  # the structure's request calls (regex), if it names them
 
 
 def _regex(value: object, what: str, source: str) -> str:
@@ -110,6 +111,9 @@ def parse_structures(text: str, source: str) -> list[StructureStage]:
                     else _regex(s["within"], "within", source),
                     batch=None if s.get("batch") is None else _regex(s["batch"], "batch", source),
                     required=requires is None or stage in requires,
+                    request=None
+                    if t.get("request") is None
+                    else _regex(t["request"], f"{where} request", source),
                 )
             )
     return out
@@ -154,7 +158,7 @@ def install(con: duckdb.DuckDBPyConnection, structures: list[StructureStage]) ->
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _structure_rules (rank INTEGER, structure VARCHAR, "
         "stage VARCHAR, pattern VARCHAR, exclude VARCHAR, kinds VARCHAR[], span VARCHAR, "
-        "step VARCHAR, batch VARCHAR, required BOOLEAN, within VARCHAR)"
+        "step VARCHAR, batch VARCHAR, required BOOLEAN, within VARCHAR, request VARCHAR)"
     )
     ranks: dict[str, int] = {}
     rows = [
@@ -171,6 +175,7 @@ def install(con: duckdb.DuckDBPyConnection, structures: list[StructureStage]) ->
                 s.batch,
                 s.required,
                 s.within,
+                s.request,
             )
         )
         for s in structures

@@ -21,7 +21,7 @@ from tracekit.report.figures import figures
 from tracekit.report.findings import Finding, evaluate
 from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
-from tracekit.report.serving import serving_sentence
+from tracekit.report.serving import generation, serving_sentence
 from tracekit.sql import load_query
 from tracekit.store.traceset import QuerySource
 
@@ -125,6 +125,7 @@ _REQ_WORDS = {
     "window": "the window of each working host thread (the trace has no request ranges)",
     "tracekit:request": "each request",
     "stage-sequence": "each request",
+    "structure": "each request call of the serving structure",
 }
 
 
@@ -263,6 +264,17 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         _stage_source(q),
         _gpu_sentence(q),
         serving_sentence(q),
+        *(
+            (
+                gen.ttft_p50_ms,
+                gen.ttft_p99_ms,
+                gen.tpot_p50_ms,
+                gen.tpot_p99_ms,
+                gen.output_tokens_per_s,
+            )
+            if (gen := generation(q.get("generation_requests", [])))
+            else (None,) * 5
+        ),
     )
 
 

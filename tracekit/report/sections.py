@@ -346,4 +346,4 @@ SECTIONS: tuple[Section, ...] = (
 # queries the answer, the findings and the charts read besides the sections' own
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
                  "host_waits", "request_timeline", "gpu_timeline", "stage_host_waits",
-                 "graph_replay")  # fmt: skip
+                 "graph_replay", "generation_requests")  # fmt: skip

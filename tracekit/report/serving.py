@@ -4,6 +4,7 @@ the GPU inside a stage, and the GPU work replayed from CUDA/HIP graphs."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 WAIT_SHARE = 0.1  # a stage's waits are named when they are this much of its time ...
@@ -44,10 +45,73 @@ def graph_sentence(rows: list[Mapping[str, Any]]) -> str:
     )
 
 
+def quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (DuckDB's quantile_cont)."""
+    s = sorted(values)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """TTFT / TPOT over the requests with generation steps (queries/generation_requests)."""
+
+    requests: int
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p99_ms: float | None
+    output_tokens: float  # mean per request
+    output_tokens_per_s: float | None  # mean per request
+    batch_size: int | None
+
+
+def generation(rows: list[Mapping[str, Any]]) -> Generation | None:
+    if not rows:
+        return None
+
+    def q(key: str, p: float) -> float | None:
+        vals = [float(r[key]) for r in rows if r.get(key) is not None]
+        return quantile(vals, p) if vals else None
+
+    rates = [float(r["output_tokens_per_s"]) for r in rows if r.get("output_tokens_per_s")]
+    batches = {r["batch_size"] for r in rows if r.get("batch_size") is not None}
+    return Generation(
+        len(rows),
+        q("ttft_ms", 0.5),
+        q("ttft_ms", 0.99),
+        q("tpot_ms", 0.5),
+        q("tpot_ms", 0.99),
+        sum(float(r["output_tokens"]) for r in rows) / len(rows),
+        sum(rates) / len(rates) if rates else None,
+        max(batches) if batches else None,
+    )
+
+
+def generation_sentence(g: Generation | None) -> str:
+    """'Generation (8 requests): time to first token p50 32.031 ms (p99 ...), ...'."""
+    if g is None:
+        return ""
+    parts = []
+    if g.ttft_p50_ms is not None:
+        parts.append(f"time to first token p50 {g.ttft_p50_ms:.3f} ms (p99 {g.ttft_p99_ms:.3f})")
+    if g.tpot_p50_ms is not None:
+        parts.append(f"time per output token p50 {g.tpot_p50_ms:.3f} ms (p99 {g.tpot_p99_ms:.3f})")
+    batch = f" at batch {g.batch_size}" if g.batch_size else ""
+    parts.append(f"{g.output_tokens:.0f} output tokens per request{batch}")
+    if g.output_tokens_per_s:
+        parts.append(f"{g.output_tokens_per_s:.1f} output tokens/s")
+    n = f"{g.requests} request{'s' if g.requests != 1 else ''}"
+    return f"Generation ({n}; prefill and decode steps): " + ", ".join(parts) + "."
+
+
 def serving_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
     return " ".join(
         s
         for s in (
+            generation_sentence(generation(q.get("generation_requests", []))),
             waits_sentence(q.get("stage_host_waits", [])),
             graph_sentence(q.get("graph_replay", [])),
         )

@@ -230,6 +230,28 @@ WHERE (SELECT count(*) FROM _req_ranges) = 0
   AND kind IN ('range', 'cpu_op') AND tid IS NOT NULL
   AND regexp_full_match(name, 'ProfilerStep#[0-9]+');
 
+-- else the request calls of the serving structure the stages came from (a pipeline's
+-- __call__: it runs preprocess once per input), the outermost on each thread
+INSERT INTO _req_ranges
+WITH pattern AS (
+    SELECT any_value(request) AS re FROM _structure_rules
+    WHERE structure = (SELECT any_value(structure) FROM _structure_hits)
+), names AS (
+    SELECT DISTINCT name FROM _events_raw
+    WHERE kind IN ('python', 'range') AND tid IS NOT NULL
+      AND (SELECT count(*) FROM _req_ranges) = 0 AND (SELECT re FROM pattern) IS NOT NULL
+      AND regexp_matches(name, (SELECT re FROM pattern))
+), hits AS (
+    SELECT e.event_id, e.start_ns, e.end_ns, e.pid, e.tid,
+           max(e.end_ns) OVER (PARTITION BY e.pid, e.tid ORDER BY e.start_ns, e.end_ns DESC,
+                               e.event_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+               AS before_end
+    FROM _events_raw e JOIN names n ON e.name = n.name
+    WHERE e.kind IN ('python', 'range') AND e.tid IS NOT NULL
+)
+SELECT event_id, start_ns, end_ns, pid, tid, 'structure'
+FROM hits WHERE before_end IS NULL OR before_end < end_ns;
+
 INSERT INTO _req_ranges
 WITH s AS (
     SELECT *, row_number() OVER (ORDER BY start_ns, event_id) AS rn FROM _stage_ranges

@@ -80,7 +80,7 @@ CREATE TABLE IF NOT EXISTS requests (
     start_ns   BIGINT NOT NULL,
     end_ns     BIGINT NOT NULL,
     dur_ns     BIGINT NOT NULL,
-    source     VARCHAR NOT NULL,      -- 'tracekit:request' | 'ProfilerStep' | 'stage-sequence' | 'repeated-range' | 'window'
+    source     VARCHAR NOT NULL,      -- 'tracekit:request' | 'ProfilerStep' | 'structure' | 'stage-sequence' | 'repeated-range' | 'window'
     event_id   BIGINT,                -- the defining range, NULL for stage-sequence and window requests
     pid        BIGINT,
     tid        BIGINT
