@@ -3,9 +3,9 @@
 - model: `GPT2LMHeadModel` from a `GPT2Config` (4 layers, random weights from a fixed seed);
   nothing is downloaded (HF_HUB_OFFLINE is set).
 - tokenizer: a word-level `PreTrainedTokenizerFast` over a vocabulary made at start-up.
-- requests: each one a batch of `--batch` prompts; `serve(prompts)` runs `tokenize` (the
-  tokenizer's `__call__`), `generate` (greedy, exactly `--new-tokens` tokens: prefill, then one
-  model forward per further token) and `detokenize` (`batch_decode`).
+- requests: each one a batch of `--batch` prompts of `--prompt-words` words; `serve(prompts)`
+  runs `tokenize` (the tokenizer's `__call__`), `generate` (greedy, exactly `--new-tokens`
+  tokens: prefill, then one model forward per further token) and `detokenize` (`batch_decode`).
 
 The service keeps its own clock: each step's time, and, from a streamer that generate calls
 with every new token, the time to first token (request start to the first new token) and the
@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=24)
+    ap.add_argument("--prompt-words", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--self-times", type=Path, help="append one JSON line of per-request ms")
     ap.add_argument("--torch-profile", type=Path, help="record a plain torch.profiler trace here")
@@ -121,7 +122,7 @@ def main() -> None:
     svc = Service(args.seed, args.new_tokens)
     rng = random.Random(args.seed)
     prompts = [
-        [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 40))) for _ in range(args.batch)]
+        [" ".join(rng.choice(WORDS) for _ in range(args.prompt_words)) for _ in range(args.batch)]
         for _ in range(args.warmup + args.requests)
     ]
     rows = [dict(svc.serve(p), warmup=True) for p in prompts[: args.warmup]]

@@ -4,7 +4,10 @@
 -- default: $trace_id 1
 -- Generation split into steps: stages named prefill and decode (from a generate call's model
 -- forwards, an engine's step markers such as SGLang's step[DECODE bs=16], or tracekit.stage).
--- ttft_ms = time to first token: the request's start to the end of its first prefill step.
+-- ttft_ms = time to first token: the request's start until its first token is out - the start
+-- of the step after the first prefill (the prefill's logits are then sampled, checked against
+-- the stopping criteria and handed to the caller: one measured request spent 8 ms there), or the
+-- end of that prefill when no step follows it.
 -- tpot_ms = time per output token: from the end of the first prefill to the end of the last
 -- decode step, divided by the decode steps (each decode step makes one token per sequence);
 -- a request with no prefill step (an engine's decode iteration): the mean decode step.
@@ -33,14 +36,19 @@ WITH steps AS (
            (p.decode_steps + CASE WHEN p.prefill_steps > 0 THEN 1 ELSE 0 END)
                * coalesce(b.batch_size, 1) AS output_tokens
     FROM per_req p LEFT JOIN batch b USING (request_id)
+), first_out AS (  -- the first step that starts after the first prefill ended
+    SELECT p.request_id, min(s.start_ns) AS next_start
+    FROM per_req p JOIN steps s ON s.request_id = p.request_id AND s.start_ns >= p.prefill_end
+    GROUP BY p.request_id
 )
 SELECT $trace_id::INTEGER AS trace_id, request_id, dur_ns / 1e6 AS e2e_ms,
-       (prefill_end - start_ns) / 1e6 AS ttft_ms, prefill_steps, decode_steps,
+       (coalesce(o.next_start, prefill_end) - start_ns) / 1e6 AS ttft_ms, prefill_steps,
+       decode_steps,
        CASE WHEN decode_steps = 0 THEN NULL
             WHEN prefill_end IS NOT NULL AND last_decode_end > prefill_end
             THEN (last_decode_end - prefill_end) / decode_steps / 1e6
             ELSE decode_ns / decode_steps / 1e6 END AS tpot_ms,
        batch_size, output_tokens,
        output_tokens / nullif(dur_ns / 1e9, 0) AS output_tokens_per_s
-FROM figures
+FROM figures LEFT JOIN first_out o USING (request_id)
 ORDER BY request_id;
