@@ -107,9 +107,10 @@ def _generate_steps(generate: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _hook_pipelines(module: ModuleType) -> None:
-    pipeline = getattr(module, "Pipeline", None)
-    if not isinstance(pipeline, type):
+    found = getattr(module, "Pipeline", None)
+    if not isinstance(found, type):
         return
+    pipeline: type = found
     _patch(pipeline, "__call__", REQUEST)
     _patch(pipeline, "forward", "inference")
 
@@ -119,15 +120,16 @@ def _hook_pipelines(module: ModuleType) -> None:
 
     previous = pipeline.__dict__.get("__init_subclass__")
 
-    def init_subclass(cls: type, **kwargs: Any) -> None:
+    def init_subclass(cls: Any, /, **kwargs: Any) -> None:
         if previous is not None:
             previous.__func__(cls, **kwargs)
         else:
-            super(pipeline, cls).__init_subclass__(**kwargs)
+            parent: Any = super(pipeline, cls)
+            parent.__init_subclass__(**kwargs)
         own_methods(cls)
 
     pipeline.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
-    stack = list(pipeline.__subclasses__())
+    stack: list[type] = list(pipeline.__subclasses__())
     while stack:
         cls = stack.pop()
         own_methods(cls)

@@ -189,8 +189,10 @@ def _generation_samples(ts: TraceSet) -> dict[str, list[float]]:
 def _sample_stats(name: str, values: list[float]) -> StageStats:
     """A StageStats of per-request values (quantiles interpolate like quantile_cont)."""
     a = np.asarray(values, dtype=np.float64)
-    q = [float(np.percentile(a, p)) for p in (50, 90, 99)]
-    return StageStats(name, len(a), *q, float(a.mean()), float(a.max()), float(a.sum()), 0.0)
+    p50, p90, p99 = (float(np.percentile(a, p)) for p in (50, 90, 99))
+    return StageStats(
+        name, len(a), p50, p90, p99, float(a.mean()), float(a.max()), float(a.sum()), 0.0
+    )
 
 
 def _stage_part(ts: TraceSet) -> tuple[tuple[StageStats, ...], dict[str, np.ndarray]]:

@@ -3,7 +3,7 @@ the GPU inside a stage, and the GPU work replayed from CUDA/HIP graphs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +12,7 @@ WAIT_MS = 0.1  # ... and at least this long
 WAIT_STAGES = 3
 
 
-def waits_sentence(rows: list[Mapping[str, Any]]) -> str:
+def waits_sentence(rows: Sequence[Mapping[str, Any]]) -> str:
     """'postprocess 115.059 ms, of which 113.919 ms (99%) the host waits in aten::to
     (hipMemcpyWithStream) for the GPU.' for the stages that wait most."""
     named = [
@@ -32,7 +32,7 @@ def waits_sentence(rows: list[Mapping[str, Any]]) -> str:
     return "Host waiting inside stages: " + "; ".join(parts) + "."
 
 
-def graph_sentence(rows: list[Mapping[str, Any]]) -> str:
+def graph_sentence(rows: Sequence[Mapping[str, Any]]) -> str:
     """'CUDA/HIP graphs replay 85% of kernel time ...' when the trace launches graphs."""
     if not rows or not rows[0].get("replayed_kernels"):
         return ""
@@ -68,7 +68,7 @@ class Generation:
     batch_size: int | None
 
 
-def generation(rows: list[Mapping[str, Any]]) -> Generation | None:
+def generation(rows: Sequence[Mapping[str, Any]]) -> Generation | None:
     if not rows:
         return None
 
@@ -107,7 +107,7 @@ def generation_sentence(g: Generation | None) -> str:
     return f"Generation ({n}; prefill and decode steps): " + ", ".join(parts) + "."
 
 
-def serving_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
+def serving_sentence(q: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     return " ".join(
         s
         for s in (
