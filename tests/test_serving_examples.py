@@ -114,3 +114,49 @@ def test_generate_steps_ttft_and_tpot_match_the_services_clock(generate_run) -> 
         pairs = zip(rows, own, strict=True)
         detail = [(round(float(r[f"{key}_ms"]), 3), round(o[key], 3)) for r, o in pairs]
         assert abs(mine - theirs) <= max(0.03 * theirs, 0.3), (how, key, mine, theirs, detail)
+
+
+HANDLER = """
+import time
+
+class Handler:
+    def preprocess(self, x):
+        time.sleep(0.004)
+        return x
+
+    def inference(self, x):
+        time.sleep(0.006)
+        return x
+
+    def postprocess(self, x):
+        time.sleep(0.002)
+        return x
+
+    def handle(self, x):
+        return self.postprocess(self.inference(self.preprocess(x)))
+
+h = Handler()
+for i in range(5):
+    h.handle(i)
+"""
+
+
+def test_a_handler_class_gets_stages_and_requests_with_no_flags(tmp_path: Path) -> None:
+    """A TorchServe-style class in the script: its methods are stages, handle the request."""
+    script = tmp_path / "handler_app.py"
+    script.write_text(HANDLER)
+    out = tmp_path / "run"
+    _run([sys.executable, "-m", "tracekit", "capture", "-o", str(out), "--no-nsys", "--",
+          sys.executable, str(script)])  # fmt: skip
+    data = json.loads((out / "torch.pt.trace.json").read_text())
+    names = [
+        e["name"] for e in data["traceEvents"] if str(e.get("name", "")).startswith("tracekit:")
+    ]
+    assert sorted(set(names)) == ["tracekit:inference", "tracekit:postprocess",
+                                  "tracekit:preprocess", "tracekit:request"]  # fmt: skip
+    assert names.count("tracekit:request") == 5
+    with tracekit.open(out) as t:
+        stages = dict(t.sql("SELECT stage, count(*) FROM stages GROUP BY ALL").rows())
+        reqs = t.sql("SELECT count(*), any_value(source) FROM requests").rows()[0]
+    assert stages == {"preprocess": 5, "inference": 5, "postprocess": 5}
+    assert reqs == (5, "tracekit:request")
