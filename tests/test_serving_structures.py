@@ -271,3 +271,32 @@ def test_host_waits_inside_stages_and_graph_share_equal_a_plain_pass(
     )
     if "flux" in trace.name:  # the pipeline's postprocess waits for the VAE's image
         assert want["postprocess"] > 0.9 * sum(r[2] - r[1] for r in ranges["postprocess"])
+
+
+@pytest.mark.parametrize("trace", shared_params("kineto_*_sglang_*decode*.json.gz"))
+def test_engine_decode_steps_batch_and_time_per_token_equal_a_plain_pass(
+    trace: Path, copy_trace
+) -> None:
+    """Each step[DECODE bs=N] marker is a decode step of batch N that lasts until the GPU work
+    launched inside it (the graph replay) ends: a plain pass over the markers, the runtime
+    calls in them and the kernels with those calls' correlation ids."""
+    events = _complete(_events(trace))
+    steps = [e for _, e in events if e.get("cat") == "user_annotation"
+             and e["name"].startswith("step[DECODE")]  # fmt: skip
+    assert len(steps) == 1
+    step = steps[0]
+    s, t = step["ts"], step["ts"] + step["dur"]
+    launches = {e["args"]["correlation"] for _, e in events
+                if e.get("cat") == "cuda_runtime" and e.get("tid") == step.get("tid")
+                and s <= e["ts"] <= t}  # fmt: skip
+    gpu_end = max(e["ts"] + e["dur"] for _, e in events
+                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and (e.get("args") or {}).get("correlation") in launches)  # fmt: skip
+    batch = int(step["name"].split("bs=")[1].rstrip("]"))
+    with tracekit.open(copy_trace(trace)) as ts:
+        rows = ts.query("generation_requests").to_dicts()
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["prefill_steps"], r["decode_steps"], r["batch_size"]) == (0, 1, batch)
+    assert r["ttft_ms"] is None and r["output_tokens"] == batch
+    assert r["tpot_ms"] == pytest.approx((max(t, gpu_end) - s) / 1e3, rel=0.01)
