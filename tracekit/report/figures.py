@@ -117,6 +117,19 @@ def figures(
         "idle_gaps": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["idle_gaps"]
         ],
+        "generation": _generation(q),
+        "stage_host_waits": [
+            {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+            for r in q.get("stage_host_waits", [])
+        ],
+        "graph_replay": next(
+            (
+                {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+                for r in q.get("graph_replay", [])
+                if r["replayed_kernels"]
+            ),
+            None,
+        ),
         "findings": [
             {
                 "id": f.id,
@@ -130,4 +143,21 @@ def figures(
             }
             for f in findings
         ],
+    }
+
+
+def _generation(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """TTFT / TPOT percentiles and the per-request rows of generation_requests (None: no
+    prefill/decode steps)."""
+    from dataclasses import asdict
+
+    from tracekit.report.serving import generation
+
+    rows = q.get("generation_requests", [])
+    g = generation(rows)
+    if g is None:
+        return None
+    return {
+        **{k: rounded(v) for k, v in asdict(g).items()},
+        "per_request": [{k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in rows],
     }
