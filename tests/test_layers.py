@@ -15,7 +15,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("tracekit.version", "tracekit.config", "tracekit.errors", "tracekit.atomic",
               "tracekit.progress", "tracekit.redact", "tracekit.annotate")),
     ("database", ("tracekit.sqlfile", "tracekit.store.literals", "tracekit.categories",
-                  "tracekit.sql")),
+                  "tracekit.structures", "tracekit.sql")),
     ("ingest", ("tracekit.ingest",)),
     ("store", ("tracekit.store",)),
     ("engines", ("tracekit.store.traceset", "tracekit.spark", "tracekit.spark_sql",

@@ -4,6 +4,8 @@ under torch.profiler, with `--stage` hooks installed. Started by `tracekit captu
     python -m tracekit.capture.torch_runner [--trace OUT.json] [--cuda] [--schedule W,WU,A]
         [--stage NAME=module:function ...] [--duration S] -- script.py ARGS...
 
+With neither `--stage` nor `--request`, the methods serving code is known to be written with
+(HF pipelines and generation, handler classes) are hooked instead (capture/auto_hooks.py).
 Without `--trace` no profiler runs (the nsys half of a two-run capture uses it for `--stage`).
 The profiler records CPU activity always, CUDA activity only with `--cuda` (the capture plan
 never asks for it in a process nsys traces: both would use CUPTI). It is bound to
@@ -142,6 +144,12 @@ def run(argv: list[str]) -> int:
     targets += [parse_request_target(s) for s in args.request]
     hooks = StageHooks(targets, aliases)
     hooks.install()
+    auto = None
+    if not targets:  # zero-flag: the methods serving code is known to be written with
+        from tracekit.capture.auto_hooks import AutoHooks  # lazy: transformers' hooks only
+
+        auto = AutoHooks()
+        auto.install()
     from tracekit import annotate  # lazy: nvtx/torch after the profiler's set-up
 
     if args.trace is not None and args.warmup > 0:
@@ -161,7 +169,12 @@ def run(argv: list[str]) -> int:
     rc = 0
     sys.modules["__main__"] = main
     try:
-        exec(code, main.__dict__, hooks.main_namespace(main.__dict__))
+        if auto is not None:
+            from tracekit.capture.auto_hooks import MainNamespace
+
+            exec(code, main.__dict__, MainNamespace(main.__dict__))
+        else:
+            exec(code, main.__dict__, hooks.main_namespace(main.__dict__))
     except SystemExit as e:
         rc = _exit_code(e)
     except _Stopped as e:
@@ -174,6 +187,8 @@ def run(argv: list[str]) -> int:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the trace be written
         _finish(args, hooks)
+        if auto is not None:
+            auto.uninstall()
     return rc
 
 

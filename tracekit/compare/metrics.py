@@ -172,15 +172,42 @@ def _rows(ts: TraceSet, name: str) -> list[dict[str, Any]]:
     return ts.query(name).to_dicts()
 
 
+GENERATION_METRICS = ("ttft", "tpot")  # per-request figures of generation_requests
+
+
+def _generation_samples(ts: TraceSet) -> dict[str, list[float]]:
+    """ttft / tpot (ms) of every request with generation steps (queries/generation_requests)."""
+    out: dict[str, list[float]] = defaultdict(list)
+    ids = ts.sql("SELECT trace_id FROM traces ORDER BY trace_id")["trace_id"].to_list()
+    for trace_id in ids:
+        for r in ts.query("generation_requests", trace_id=trace_id).to_dicts():
+            for name in GENERATION_METRICS:
+                if r[f"{name}_ms"] is not None:
+                    out[name].append(float(r[f"{name}_ms"]))
+    return out
+
+
+def _sample_stats(name: str, values: list[float]) -> StageStats:
+    """A StageStats of per-request values (quantiles interpolate like quantile_cont)."""
+    a = np.asarray(values, dtype=np.float64)
+    p50, p90, p99 = (float(np.percentile(a, p)) for p in (50, 90, 99))
+    return StageStats(
+        name, len(a), p50, p90, p99, float(a.mean()), float(a.max()), float(a.sum()), 0.0
+    )
+
+
 def _stage_part(ts: TraceSet) -> tuple[tuple[StageStats, ...], dict[str, np.ndarray]]:
     stats = _rows(ts, "compare_stage_stats")
     samples: dict[str, list[float]] = defaultdict(list)
     for r in _rows(ts, "compare_stage_samples"):
         samples[str(r["stage"])].append(r["dur_ns"] / 1e6)
-    return (
-        tuple(StageStats(**{k: r[k] for k in StageStats.__dataclass_fields__}) for r in stats),
-        {k: np.asarray(v, dtype=np.float64) for k, v in samples.items()},
-    )
+    stages = [StageStats(**{k: r[k] for k in StageStats.__dataclass_fields__}) for r in stats]
+    # time to first token / per output token, as pseudo-stages: `ttft.p99_ms`, `tpot.p50_ms`
+    for name, values in _generation_samples(ts).items():
+        if name not in samples:
+            samples[name] = values
+            stages.append(_sample_stats(name, values))
+    return tuple(stages), {k: np.asarray(v, dtype=np.float64) for k, v in samples.items()}
 
 
 def _kernels(rows: list[dict[str, Any]], multi_trace: bool) -> tuple[ItemStats, ...]:

@@ -21,6 +21,7 @@ from tracekit.report.finding import Finding
 from tracekit.report.findings import evaluate
 from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
+from tracekit.report.serving import generation, serving_sentence
 from tracekit.sql import load_query
 from tracekit.store.traceset import QuerySource
 from tracekit.version import __version__
@@ -125,6 +126,7 @@ _REQ_WORDS = {
     "window": "the window of each working host thread (the trace has no request ranges)",
     "tracekit:request": "each request",
     "stage-sequence": "each request",
+    "structure": "each request call of the serving structure",
 }
 
 
@@ -145,6 +147,14 @@ def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
         )
     how, _, depth = inferred[0].removeprefix("inferred:").partition(" depth ")
     req = _REQ_WORDS.get(q["trace_overview"][0].get("request_source") or "", "each request")
+    if not depth:  # a serving structure (tracekit/serving_structures.toml)
+        from tracekit.structures import titles
+
+        return (
+            f"The trace has no tracekit stages: stages from how its serving code is written, "
+            f"{titles().get(how, how)} (source inferred:{how}, tracekit/serving_structures.toml), "
+            f"under {req}; name stages yourself with --stage NAME=REGEX."
+        )
     return (
         f"The trace has no tracekit stages: stages inferred from {_HOW.get(how, how)} "
         f"(depth {depth}) under {req}; pick another depth with --stage-depth N, or name "
@@ -302,6 +312,18 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         sentence,
         _stage_source(q),
         " ".join(t for t in (_program_words(q), _gpu_sentence(q)) if t),
+        serving_sentence(q),
+        *(
+            (
+                gen.ttft_p50_ms,
+                gen.ttft_p99_ms,
+                gen.tpot_p50_ms,
+                gen.tpot_p99_ms,
+                gen.output_tokens_per_s,
+            )
+            if (gen := generation(q.get("generation_requests", [])))
+            else (None,) * 5
+        ),
     )
 
 

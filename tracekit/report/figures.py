@@ -20,7 +20,8 @@ def rounded(v: Any) -> Any:
 
 def _program(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
     """The program kind (program_kind): inference/training/other, single or multi-rank."""
-    k = (q.get("program_kind") or [None])[0]
+    rows = q.get("program_kind") or []
+    k = rows[0] if rows else None
     if not k:
         return None
     return {key: v for key, v in k.items() if key != "trace_id"}
@@ -153,6 +154,19 @@ def figures(
         "idle_gaps": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["idle_gaps"]
         ],
+        "generation": _generation(q),
+        "stage_host_waits": [
+            {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+            for r in q.get("stage_host_waits", [])
+        ],
+        "graph_replay": next(
+            (
+                {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+                for r in q.get("graph_replay", [])
+                if r["replayed_kernels"]
+            ),
+            None,
+        ),
         "findings": [
             {
                 "id": f.id,
@@ -166,4 +180,21 @@ def figures(
             }
             for f in findings
         ],
+    }
+
+
+def _generation(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """TTFT / TPOT percentiles and the per-request rows of generation_requests (None: no
+    prefill/decode steps)."""
+    from dataclasses import asdict
+
+    from tracekit.report.serving import generation
+
+    rows = q.get("generation_requests", [])
+    g = generation(rows)
+    if g is None:
+        return None
+    return {
+        **{k: rounded(v) for k, v in asdict(g).items()},
+        "per_request": [{k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in rows],
     }

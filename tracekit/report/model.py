@@ -62,6 +62,24 @@ class Answer:
     gpu_sentence: str = field(
         default="", metadata={"help": "GPU busy per device and the top category/kernel"}
     )
+    serving: str = field(
+        default="",
+        metadata={
+            "help": "generation (TTFT/TPOT), the host waiting for the GPU inside stages, GPU "
+            "time replayed from graphs, in words ('' if none)"
+        },
+    )
+    ttft_p50_ms: float | None = field(
+        default=None, metadata={"help": "time to first token p50 (requests with prefill steps)"}
+    )
+    ttft_p99_ms: float | None = field(default=None, metadata={"help": "time to first token p99"})
+    tpot_p50_ms: float | None = field(
+        default=None, metadata={"help": "time per output token p50 (decode steps)"}
+    )
+    tpot_p99_ms: float | None = field(default=None, metadata={"help": "time per output token p99"})
+    output_tokens_per_s: float | None = field(
+        default=None, metadata={"help": "output tokens per second of request time, mean"}
+    )
 
 
 @dataclass(frozen=True)

@@ -375,4 +375,5 @@ SECTIONS: tuple[Section, ...] = (
 # queries the answer, the findings and the charts read besides the sections' own
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
                  "host_waits", "request_timeline", "gpu_timeline", "program_kind",
-                 "blocking_calls")  # fmt: skip
+                 "blocking_calls", "stage_host_waits", "graph_replay",
+                 "generation_requests")  # fmt: skip

@@ -31,6 +31,7 @@ from tracekit.store.attributes import apply_attributes, sidecars_for
 from tracekit.store.derive import derive, table_ddl
 from tracekit.store.literals import execute, string_literal
 from tracekit.store.stages import StageRule, rules_digest
+from tracekit.structures import effective_structures, structures_digest
 from tracekit.version import __version__
 
 SCHEMA_VERSION = "5"
@@ -112,6 +113,7 @@ def _source_key(source: Path, rules: list[StageRule]) -> dict[str, str]:
         "schema_version": SCHEMA_VERSION,
         "tracekit_version": __version__,
         "stage_rules": rules_digest(rules),
+        "serving_structures": structures_digest(effective_structures()),
     }
 
 

@@ -13,6 +13,7 @@ from tracekit.ingest.common import STAGING_TABLE
 from tracekit.progress import NO_PROGRESS, Progress
 from tracekit.store.literals import execute
 from tracekit.store.stages import StageRule, split_depth
+from tracekit.structures import StructureStage
 
 
 def table_ddl(table: str) -> str:
@@ -35,10 +36,15 @@ def derive_steps() -> list[tuple[str, str]]:
 
 
 def derive(
-    con: duckdb.DuckDBPyConnection, rules: list[StageRule], progress: Progress = NO_PROGRESS
+    con: duckdb.DuckDBPyConnection,
+    rules: list[StageRule],
+    progress: Progress = NO_PROGRESS,
+    structures: list[StructureStage] | None = None,
 ) -> None:
     """Fill the derived columns and tables of the single trace held by `con`.
 
+    Stages come from tracekit ranges, then `rules`, then the serving `structures` (default:
+    tracekit.toml's and the built-in ones), then the nn.Module tree / ranges / ops.
     The rows come from the ingestor's temp staging table when it left them there, else from
     `events` itself (renamed aside; `events` is then written anew).
     """
@@ -61,6 +67,10 @@ def derive(
             "INSERT INTO _stage_rules SELECT unnest($stages), unnest($patterns)",
             {"stages": [r.stage for r in rules], "patterns": [r.pattern for r in rules]},
         )
+    from tracekit.structures import effective_structures
+    from tracekit.structures import install as install_structures
+
+    install_structures(con, effective_structures() if structures is None else structures)
     steps = derive_steps()
     for k, (what, sql) in enumerate(steps, 1):
         progress.step(f"deriving {k}/{len(steps)}: {what}")
@@ -84,6 +94,11 @@ def derive(
         "_op_names",
         "_stage_rules",
         "_infer_opts",
+        "_structure_rules",
+        "_structure_hits",
+        "_structure_spans",
+        "_structure_enclosed",
+        "_structure_gen",
         "_cand",
         "_cand_depth",
         "_cand_stats",

@@ -122,6 +122,101 @@ FROM (
 ) h
 WHERE h.before_end IS NULL OR h.before_end < h.end_ns;
 
+-- 3b. Serving structures (tracekit/serving_structures.toml, in temp table _structure_rules): a
+-- trace with no stage so far takes them from the first structure (lowest rank) that one of
+-- its required stages matches. Each pattern runs once per distinct (kind, name). A stage with
+-- a `span` becomes one range per enclosing span event, from its first hit to its last; then,
+-- as for rules, only the outermost hit of a stage on a thread counts.
+CREATE OR REPLACE TEMP TABLE _structure_hits AS
+WITH names AS (
+    SELECT DISTINCT kind, name FROM _events_raw
+    WHERE kind IN ('range', 'cpu_op', 'python') AND tid IS NOT NULL
+      AND NOT EXISTS (FROM _stage_ranges) AND EXISTS (FROM _structure_rules)
+), matched AS (
+    SELECT n.kind, n.name, r.* FROM names n JOIN _structure_rules r
+      ON list_contains(r.kinds, n.kind) AND regexp_matches(n.name, r.pattern)
+    WHERE r.exclude IS NULL OR NOT regexp_matches(n.name, r.exclude)
+), chosen AS (
+    SELECT min(rank) AS rank FROM matched WHERE required
+)
+SELECT e.event_id, m.stage, e.start_ns, e.end_ns, e.pid, e.tid, m.structure, m.span, m.step,
+       m.within, TRY_CAST(nullif(regexp_extract(e.name, m.batch, 1), '') AS INTEGER) AS batch_size
+FROM _events_raw e JOIN matched m ON e.kind = m.kind AND e.name = m.name
+WHERE m.rank = (SELECT rank FROM chosen) AND e.tid IS NOT NULL;
+
+-- Hits of a stage with a `span` or `within` regex, each with the enclosing event of that regex
+-- on its thread (the latest started before the hit that still holds it).
+CREATE OR REPLACE TEMP TABLE _structure_enclosed AS
+WITH wanted AS (
+    SELECT DISTINCT coalesce(span, within) AS outer_re FROM _structure_hits
+    WHERE coalesce(span, within) IS NOT NULL
+), outer_names AS (
+    SELECT DISTINCT w.outer_re, e.name FROM (SELECT DISTINCT name FROM _events_raw
+                                            WHERE kind IN ('range', 'cpu_op', 'python')) e, wanted w
+    WHERE regexp_matches(e.name, w.outer_re)
+), outer_ev AS (
+    SELECT e.event_id AS outer_id, o.outer_re, coalesce(e.pid, -1) AS pid, e.tid, e.start_ns,
+           e.end_ns
+    FROM _events_raw e JOIN outer_names o ON e.name = o.name
+    WHERE e.kind IN ('range', 'cpu_op', 'python') AND e.tid IS NOT NULL
+), hits AS (
+    SELECT *, coalesce(span, within) AS outer_re, coalesce(pid, -1) AS k_pid
+    FROM _structure_hits WHERE coalesce(span, within) IS NOT NULL
+)
+SELECT h.* EXCLUDE (outer_re, k_pid), o.outer_id
+FROM hits h ASOF JOIN outer_ev o
+  ON o.outer_re = h.outer_re AND o.pid = h.k_pid AND o.tid = h.tid AND h.start_ns >= o.start_ns
+WHERE h.end_ns <= o.end_ns;
+
+-- a `span` stage: one range per enclosing event, from its first hit to its last
+CREATE OR REPLACE TEMP TABLE _structure_spans AS
+SELECT min(event_id) AS event_id, stage, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+       any_value(pid) AS pid, tid, any_value(structure) AS structure, any_value(span) AS span,
+       any_value(step) AS step, max(batch_size) AS batch_size
+FROM _structure_enclosed WHERE span IS NOT NULL
+GROUP BY outer_id, stage, tid;
+
+-- "generation" steps: the outermost hits inside each enclosing event (a generate call), in
+-- start order: the first is the prefill, the others decode steps
+CREATE OR REPLACE TEMP TABLE _structure_gen AS
+WITH outermost AS (
+    SELECT * FROM (
+        SELECT *, max(end_ns) OVER (
+            PARTITION BY outer_id ORDER BY start_ns, end_ns DESC, event_id
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_end
+        FROM _structure_enclosed WHERE within IS NOT NULL AND step = 'generation'
+    ) WHERE before_end IS NULL OR before_end < end_ns
+)
+SELECT event_id,
+       CASE WHEN row_number() OVER (PARTITION BY outer_id ORDER BY start_ns, event_id) = 1
+            THEN 'prefill' ELSE 'decode' END AS stage,
+       start_ns, end_ns, pid, tid, structure, span,
+       CASE WHEN row_number() OVER (PARTITION BY outer_id ORDER BY start_ns, event_id) = 1
+            THEN 'prefill' ELSE 'decode' END AS step, batch_size
+FROM outermost;
+
+INSERT INTO _stage_ranges
+SELECT h.event_id, h.stage, h.start_ns, h.end_ns, h.pid, h.tid, 'inferred:' || h.structure
+FROM (
+    SELECT *, max(end_ns) OVER (
+        PARTITION BY stage, pid, tid ORDER BY start_ns, end_ns DESC, event_id
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_end
+    FROM (SELECT event_id, stage, start_ns, end_ns, pid, tid, structure FROM _structure_hits
+          WHERE span IS NULL AND within IS NULL
+          UNION ALL BY NAME
+          SELECT event_id, stage, start_ns, end_ns, pid, tid, structure FROM _structure_spans
+          UNION ALL BY NAME
+          SELECT event_id, stage, start_ns, end_ns, pid, tid, structure FROM _structure_gen)
+) h
+WHERE h.before_end IS NULL OR h.before_end < h.end_ns;
+
+-- engine steps' batch sizes (step[DECODE bs=16]) as attributes of their stage ranges
+INSERT INTO attributes
+SELECT 1, h.event_id, 'batch_size', h.batch_size::VARCHAR
+FROM (SELECT event_id, batch_size FROM _structure_hits WHERE span IS NULL AND within IS NULL
+      UNION ALL SELECT event_id, batch_size FROM _structure_spans) h
+WHERE h.batch_size IS NOT NULL AND h.event_id IN (SELECT event_id FROM _stage_ranges);
+
 -- name: requests
 -- 4. Requests: tracekit:request ranges; else ProfilerStep#N; else one request per run of
 -- stages that starts again each time the first stage name recurs.
@@ -135,6 +230,28 @@ FROM _events_raw
 WHERE (SELECT count(*) FROM _req_ranges) = 0
   AND kind IN ('range', 'cpu_op') AND tid IS NOT NULL
   AND regexp_full_match(name, 'ProfilerStep#[0-9]+');
+
+-- else the request calls of the serving structure the stages came from (a pipeline's
+-- __call__: it runs preprocess once per input), the outermost on each thread
+INSERT INTO _req_ranges
+WITH pattern AS (
+    SELECT any_value(request) AS re FROM _structure_rules
+    WHERE structure = (SELECT any_value(structure) FROM _structure_hits)
+), names AS (
+    SELECT DISTINCT name FROM _events_raw
+    WHERE kind IN ('python', 'range') AND tid IS NOT NULL
+      AND (SELECT count(*) FROM _req_ranges) = 0 AND (SELECT re FROM pattern) IS NOT NULL
+      AND regexp_matches(name, (SELECT re FROM pattern))
+), hits AS (
+    SELECT e.event_id, e.start_ns, e.end_ns, e.pid, e.tid,
+           max(e.end_ns) OVER (PARTITION BY e.pid, e.tid ORDER BY e.start_ns, e.end_ns DESC,
+                               e.event_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+               AS before_end
+    FROM _events_raw e JOIN names n ON e.name = n.name
+    WHERE e.kind IN ('python', 'range') AND e.tid IS NOT NULL
+)
+SELECT event_id, start_ns, end_ns, pid, tid, 'structure'
+FROM hits WHERE before_end IS NULL OR before_end < end_ns;
 
 INSERT INTO _req_ranges
 WITH s AS (

@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS stages (
     event_id   BIGINT NOT NULL,       -- the range event that defines the stage
     pid        BIGINT,
     tid        BIGINT,
-    source     VARCHAR,               -- 'annotated' | 'rule' | 'inferred:<modules|ranges|ops> depth N'
+    source     VARCHAR,               -- 'annotated' | 'rule' | 'inferred:<modules|ranges|ops> depth N' | 'inferred:<structure>' (serving_structures.toml)
     parent_stage VARCHAR              -- derived: the stage of the innermost range of another stage
                                       -- on the same thread that contains this one (NULL: none)
 );
@@ -80,7 +80,7 @@ CREATE TABLE IF NOT EXISTS requests (
     start_ns   BIGINT NOT NULL,
     end_ns     BIGINT NOT NULL,
     dur_ns     BIGINT NOT NULL,
-    source     VARCHAR NOT NULL,      -- 'tracekit:request' | 'ProfilerStep' | 'stage-sequence' | 'repeated-range' | 'window'
+    source     VARCHAR NOT NULL,      -- 'tracekit:request' | 'ProfilerStep' | 'structure' | 'stage-sequence' | 'repeated-range' | 'window'
     event_id   BIGINT,                -- the defining range, NULL for stage-sequence and window requests
     pid        BIGINT,
     tid        BIGINT
