@@ -1,0 +1,133 @@
+"""Each op formula of tracekit.op_work against a hand computation (numbers worked out by hand
+in the comments, not by the module)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracekit.op_work import op_work
+
+BF16, F32 = "c10::BFloat16", "float"
+
+
+def test_mm_and_transposed_weight() -> None:
+    # [8944,1024] @ [1024,1024] (the weight a transposed view: logical dims as recorded)
+    w = op_work("aten::mm", [[8944, 1024], [1024, 1024]], [BF16, BF16], ["", ""])
+    assert w is not None and w.kind == "gemm" and w.dtype == "bf16"
+    assert w.flops == 2 * 8944 * 1024 * 1024  # 18,756,927,488
+    assert w.bytes == 2 * (8944 * 1024 + 1024 * 1024 + 8944 * 1024)
+
+
+def test_addmm_counts_bias_bytes_not_flops() -> None:
+    w = op_work("aten::addmm", [[512], [141, 512], [512, 512], [], []],
+                [BF16, BF16, BF16, "Scalar", "Scalar"], ["", "", "", "1", "1"])  # fmt: skip
+    assert w is not None
+    assert w.flops == 73_924_608  # 2*141*512*512
+    assert w.bytes == 2 * (512 + 141 * 512 + 512 * 512 + 141 * 512)  # 813,056
+
+
+def test_bmm_and_baddbmm() -> None:
+    w = op_work("aten::bmm", [[64, 512, 64], [64, 64, 512]], [BF16, BF16])
+    assert w is not None and w.flops == 2 * 64 * 512 * 512 * 64  # 2,147,483,648
+    assert w.bytes == 2 * (64 * 512 * 64 * 2 + 64 * 512 * 512)
+    b = op_work("aten::baddbmm", [[4, 3, 5], [4, 3, 2], [4, 2, 5], [], []],
+                [F32, F32, F32, "Scalar", "Scalar"])  # fmt: skip
+    assert b is not None and b.flops == 2 * 4 * 3 * 5 * 2 == 240
+    assert b.bytes == 4 * (60 + 24 + 40 + 60)
+
+
+def test_linear_flattens_leading_dims() -> None:
+    w = op_work("aten::linear", [[16, 559, 1024], [2816, 1024]], [BF16, BF16])
+    assert w is not None and w.flops == 2 * 8944 * 2816 * 1024  # 51,581,550,592
+    assert w.bytes == 2 * (8944 * 1024 + 2816 * 1024 + 8944 * 2816)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "flops"),
+    [
+        ([1, 512, 4096], [4096, 4096], 2 * 512 * 4096 * 4096),  # one GEMM of 512 rows
+        ([1, 32, 1], [1, 1, 559], 2 * 32 * 559),  # batched outer product
+        ([3, 1, 4, 5], [2, 5, 6], 2 * 3 * 2 * 4 * 6 * 5),  # broadcast batch 3x2
+        ([7], [7], 14),  # dot product
+    ],
+)
+def test_matmul(a: list[int], b: list[int], flops: int) -> None:
+    w = op_work("aten::matmul", [a, b], [F32, F32])
+    assert w is not None and w.flops == flops
+
+
+def test_matmul_shape_mismatch_has_no_figure() -> None:
+    assert op_work("aten::matmul", [[2, 3], [4, 5]], [F32, F32]) is None
+
+
+def test_sdpa_full_and_causal() -> None:
+    dims = [[16, 16, 559, 64]] * 3 + [[], [], [], [], []]
+    types = [BF16] * 3 + ["", "Scalar", "Scalar", "Scalar", "Scalar"]
+    full = op_work("aten::scaled_dot_product_attention", dims, types,
+                   ["", "", "", "", "0.", "False", "0.125", "False"])  # fmt: skip
+    causal = op_work("aten::scaled_dot_product_attention", dims, types,
+                     ["", "", "", "", "0.", "True", "0.125", "False"])  # fmt: skip
+    assert full is not None and causal is not None and full.kind == "attention"
+    # QK^T and PV: 2 * B*H * L*L * (d + dv) = 2*256*312481*128
+    assert full.flops == 20_478_754_816  # 312,481 * 65,536
+    # causal: row i sees i+1 keys: 559*560/2 = 156,520 pairs
+    assert causal.flops == 2 * 256 * 156_520 * 128
+    assert full.bytes == 2 * 4 * 16 * 16 * 559 * 64  # q, k, v read + out written
+
+
+def test_flash_forward_layout_is_seq_first() -> None:
+    dims = [[1, 141, 8, 64]] * 3 + [[]] * 12
+    concrete = ["", "", "", "", "", "141", "141", "0.", "False", "False", "0.125"] + [""] * 4
+    w = op_work("aten::_flash_attention_forward", dims, [BF16] * 3 + ["Scalar"] * 12, concrete)
+    assert w is not None and w.flops == 2 * 8 * 141 * 141 * 128
+
+
+def test_sdpa_with_mask_reads_it() -> None:
+    dims = [[2, 4, 16, 8]] * 3 + [[2, 1, 16, 16], [], [], [], []]
+    w = op_work("aten::scaled_dot_product_attention", dims,
+                [F32] * 4 + ["Scalar", "Scalar", "", "Scalar"],
+                ["", "", "", "", "0.", "False", "", "False"])  # fmt: skip
+    assert w is not None
+    assert w.bytes == 4 * (3 * 1024 + 512 + 1024)  # q,k,v + mask [2,1,16,16] + out
+
+
+def test_softmax_layer_norm_rms_norm() -> None:
+    s = op_work("aten::softmax", [[1, 64, 512, 512], [], []], [F32, "Scalar", ""])
+    assert s is not None and s.flops == 5 * 16_777_216 and s.bytes == 2 * 4 * 16_777_216
+    ln = op_work("aten::layer_norm", [[1, 141, 512], [], [512], [512], [], []],
+                 [BF16, "ScalarList", BF16, BF16, "Scalar", "Scalar"])  # fmt: skip
+    assert ln is not None and ln.flops == 7 * 72_192  # 5 + weight + bias per element
+    assert ln.bytes == 2 * (2 * 72_192 + 512 + 512)
+    rms = op_work("aten::rms_norm", [[4, 10], [], [10], []], [F32, "ScalarList", F32, "Scalar"])
+    assert rms is not None and rms.flops == 5 * 40 and rms.bytes == 4 * (80 + 10)
+
+
+def test_elementwise_broadcast_and_scalars() -> None:
+    w = op_work("aten::mul", [[16, 16, 559, 64], [1, 1, 559, 64]], [BF16, BF16])
+    assert w is not None and w.flops == 9_158_656  # 16*16*559*64 outputs
+    assert w.bytes == 2 * (9_158_656 + 559 * 64 + 9_158_656)
+    s = op_work("aten::add_", [[10, 3], [], []], [F32, "Scalar", "Scalar"])
+    assert s is not None and s.flops == 30 and s.bytes == 4 * 60
+
+
+def test_embedding_moves_rows() -> None:
+    w = op_work("aten::embedding", [[30522, 512], [1, 141], [], [], []],
+                [BF16, "long int", "Scalar", "Scalar", "Scalar"])  # fmt: skip
+    assert w is not None and w.flops == 0 and w.dtype == "bf16"
+    assert w.bytes == 141 * 8 + 2 * 141 * 512 * 2  # ids + rows read + output written
+
+
+def test_conv2d_with_and_without_recorded_stride() -> None:
+    dims = [[1, 16, 32, 32], [512, 16, 3, 3], [512], [], [], [], []]
+    types = [BF16, BF16, BF16, "ScalarList", "ScalarList", "ScalarList", "Scalar"]
+    w = op_work("aten::conv2d", dims, types, ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"])
+    assert w is not None
+    assert w.flops == 2 * 512 * 32 * 32 * 16 * 9  # 'same'-sized output: 150,994,944
+    strided = op_work("aten::conv2d", dims, types, ["", "", "", "[2, 2]", "[0, 0]", "[1, 1]", "1"])
+    assert strided is not None and strided.flops == 2 * 512 * 15 * 15 * 16 * 9  # (32-3)//2+1
+    assert op_work("aten::conv2d", dims, types, None) is None  # legacy traces: no stride
+
+
+def test_unknown_op_or_missing_shapes() -> None:
+    assert op_work("aten::view", [[2, 3], []], [F32, "ScalarList"]) is None
+    assert op_work("aten::mm", None, None) is None
