@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import tracekit
+from tracekit import roofline
 from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
@@ -108,8 +109,9 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
         if sec.query == "top_ops" and params.keys() == {"trace_id", "limit"}:
             # top_ops ranks before its limit: its first `limit` ranks are the same rows
             q[sec.query] = [r for r in q["top_ops_all"] if r["rank"] <= params["limit"]]
-        else:
+        elif sec.query not in q or params.keys() != {"trace_id"}:  # (two sections read op_kernels)
             q[sec.query] = ts.query_dicts(sec.query, **params)
+    q["op_efficiency"] = [roofline.analyze(q)]  # FLOPs per op: Python formulas over op_kernels
     return q
 
 

@@ -10,12 +10,28 @@ from typing import Any
 
 from tracekit.report.findings import Finding
 from tracekit.report.model import Answer
+from tracekit.roofline import JSON_ROWS
 
 
 def rounded(v: Any) -> Any:
     if isinstance(v, float):
         return round(v, 6) if math.isfinite(v) else None
     return v
+
+
+def roofline_json(a: Mapping[str, Any]) -> dict[str, Any]:
+    """The roofline analysis (tracekit.roofline.analyze) as plain rounded data."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return rounded(v)
+
+    out = {k: v for k, v in a.items() if not k.startswith("_")}
+    out["ops"] = list(out.get("ops", []))[:JSON_ROWS]
+    return clean(out)  # type: ignore[no-any-return]
 
 
 def figures(
@@ -117,6 +133,7 @@ def figures(
         "idle_gaps": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["idle_gaps"]
         ],
+        "roofline": roofline_json(q["op_efficiency"][0]),
         "findings": [
             {
                 "id": f.id,
