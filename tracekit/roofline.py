@@ -25,6 +25,7 @@ LATENCY_SHARE = 0.10  # under 10% of its roof ...
 LATENCY_KERNEL_US = 20.0  # ... with kernels this short on average: launch/latency-bound
 TABLE_ROWS = 15  # op groups in the report's table (the JSON has up to JSON_ROWS)
 JSON_ROWS = 100
+WEIGHT_GEMMS = ("aten::linear", "aten::mm", "aten::addmm")  # x @ W: never attention scores
 REQUEST = "(request)"  # model figures over the whole request when no stage is 'inference'
 ENABLE = (
     "No input shapes recorded: FLOPs, bytes and the roofline need torch.profiler's "
@@ -171,24 +172,36 @@ def group_rows(calls: Sequence[OpCall], peak: DevicePeak | None) -> list[dict[st
     return out
 
 
-def _score_dims(call: OpCall) -> tuple[int, int] | None:
-    """(leading count N, L) when the call works on attention scores [N..., L, L]: a fused
-    attention op (N = B·H, L = the query length), or an op with an [.., L, L] tensor input, or a
-    Q·Kᵀ product [N, L, d] @ [N, d, L]."""
+def _score_dims(call: OpCall) -> tuple[list[int], int] | None:
+    """(leading dims, L) when the call works on attention scores [..., L, L]: a fused attention
+    op ([B, H] and the query length), a batched Q·Kᵀ [N, L, d] @ [N, d, L], or an op (softmax,
+    scale, mask add, P·V) with an [..., L, L] input. Weight GEMMs (linear, mm, addmm) and norms
+    never are: their [B, L, d] activation looks like scores when L = d."""
     if call.work.kind == "attention":
         q = call.dims[0]
         if call.name == "aten::_flash_attention_forward":
-            return q[0] * q[2], q[1]
-        return q[0] * q[1], q[2]
+            return [q[0], q[2]], q[1]
+        return [q[0], q[1]], q[2]
+    if call.work.kind not in ("gemm", "softmax", "elementwise") or call.name in WEIGHT_GEMMS:
+        return None
     tensors = [d for d in call.dims if isinstance(d, list) and len(d) >= 3]
     for d in tensors:
         if d[-1] == d[-2]:
-            return math.prod(d[:-2]), d[-1]
+            return d[:-2], d[-1]
     if call.work.kind == "gemm" and len(tensors) >= 2:
         a, b = tensors[0], tensors[1]
         if len(a) == len(b) and a[-2] == b[-1] and a[-1] == b[-2] and a[:-2] == b[:-2]:
-            return math.prod(a[:-2]), a[-2]
+            return a[:-2], a[-2]
     return None
+
+
+def _batch_of(lead: list[int], sequences: int) -> bool:
+    """Whether scores with these leading dims hold one block per head of a batch of
+    `sequences`: [B, H, ...] with B = sequences, or [N] with N = B·H, H >= 2 (a flat [B, L, L]
+    is left out: a [B, L, d] activation with L = d has that shape)."""
+    if len(lead) >= 2:
+        return lead[0] == sequences
+    return len(lead) == 1 and lead[0] % sequences == 0 and lead[0] // sequences >= 2
 
 
 def _causal(call: OpCall) -> bool:
@@ -213,8 +226,8 @@ def padding_share(
         dims = _score_dims(c) if lens else None
         if not lens or dims is None or c.work.flops <= 0:
             continue
-        n, length = dims
-        if n % len(lens) or max(lens) > length:
+        lead, length = dims
+        if not _batch_of(lead, len(lens)) or max(lens) > length:
             continue  # not this batch's scores (another batch size or length)
         pairs = (lambda x: causal_pairs(x, x)) if _causal(c) else (lambda x: x * x)
         total += c.work.flops
