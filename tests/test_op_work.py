@@ -131,3 +131,13 @@ def test_conv2d_with_and_without_recorded_stride() -> None:
 def test_unknown_op_or_missing_shapes() -> None:
     assert op_work("aten::view", [[2, 3], []], [F32, "ScalarList"]) is None
     assert op_work("aten::mm", None, None) is None
+
+
+def test_a_masks_call_facts_give_each_rows_length() -> None:
+    torch = pytest.importorskip("torch")
+    from tracekit.capture.call_facts import call_facts
+
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    facts = call_facts(["batch"], ({"attention_mask": mask},), {}, None)
+    assert facts["batch.attention_mask.lengths"] == [3, 1, 4]
+    assert facts["batch.attention_mask.nonzero"] == 8 and facts["batch.attention_mask.numel"] == 12
