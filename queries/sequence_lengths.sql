@@ -1,5 +1,5 @@
 -- name: sequence_lengths
--- returns: one row per request whose stage or request range records its sequences' real lengths: trace_id, request_id, stage, key, lengths (JSON list, one real token count per sequence of the batch), sequences, real_tokens
+-- returns: one row per request whose stage or request range records its sequences' real lengths: trace_id, request_id, stage, key, lengths (JSON list, one real token count per sequence of the batch), sequences
 -- param: $trace_id INTEGER trace to read
 -- default: $trace_id 1
 -- Real (unpadded) lengths, for the share of attention FLOPs spent on padding (tracekit/roofline.py):
@@ -13,13 +13,12 @@ WITH facts AS (
     LEFT JOIN stages s ON s.trace_id = a.trace_id AND s.event_id = a.event_id
     LEFT JOIN requests r ON r.trace_id = a.trace_id AND r.event_id = a.event_id
     WHERE a.trace_id = $trace_id AND (a.key = 'lengths' OR a.key LIKE '%mask.lengths')
-      AND json_type(a.value) = 'ARRAY'
+      AND a.value LIKE '[%'
 ), ranked AS (
     SELECT *, row_number() OVER (PARTITION BY request_id ORDER BY event_id, key) AS n
     FROM facts WHERE request_id IS NOT NULL
 )
 SELECT $trace_id::INTEGER AS trace_id, request_id, stage, key, value AS lengths,
-       json_array_length(value)::BIGINT AS sequences,
-       list_sum(CAST(value AS BIGINT[]))::BIGINT AS real_tokens
+       json_array_length(value)::BIGINT AS sequences
 FROM ranked WHERE n = 1
 ORDER BY request_id;
