@@ -1,11 +1,16 @@
 """Each op formula of tracekit.op_work against a hand computation (numbers worked out by hand
-in the comments, not by the module)."""
+in the comments, not by the module); the device-peak table and the roofline verdicts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tracekit.device_peaks import find_device
+from tracekit.errors import ConfigError
 from tracekit.op_work import op_work
+from tracekit.roofline import ENABLE, analyze, verdict
 
 BF16, F32 = "c10::BFloat16", "float"
 
@@ -141,3 +146,65 @@ def test_a_masks_call_facts_give_each_rows_length() -> None:
     facts = call_facts(["batch"], ({"attention_mask": mask},), {}, None)
     assert facts["batch.attention_mask.lengths"] == [3, 1, 4]
     assert facts["batch.attention_mask.nonzero"] == 8 and facts["batch.attention_mask.numel"] == 12
+
+
+@pytest.mark.parametrize(
+    ("recorded", "row"),
+    [
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"),
+        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+        ("NVIDIA H200", "NVIDIA H200"),
+        ("Tesla V100-SXM2-16GB", "NVIDIA V100"),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB"),
+        ("NVIDIA B300 SXM6 AC", "NVIDIA B300"),
+        ("AMD Instinct MI300X", "AMD Instinct MI300X"),
+        ("NVIDIA L4", "NVIDIA L4"),
+        ("Tesla T4", "NVIDIA T4"),
+        ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
+        ("Quadro GP100", None),
+    ],
+)
+def test_the_recorded_device_name_picks_the_peak_row(
+    recorded: str, row: str | None, tmp_path: Path
+) -> None:
+    found = find_device(recorded, tmp_path)
+    assert (found.name if found else None) == row
+
+
+def test_a_tracekit_toml_device_row_comes_first(tmp_path: Path) -> None:
+    (tmp_path / "tracekit.toml").write_text(
+        '[[device]]\nname = "lab H100"\nmatch = "H100"\nmemory_gb_s = 3000\nfp32 = 60\nbf16 = 900\n'
+    )
+    row = find_device("NVIDIA H100 80GB HBM3", tmp_path)
+    assert row is not None and row.name == "lab H100" and row.peak_tflops("bf16") == 900
+    assert row.peak_tflops("int8") == 60  # no figure of its own: fp32's
+    (tmp_path / "tracekit.toml").write_text('[[device]]\nname = "x"\nmatch = "("\n')
+    with pytest.raises(ConfigError, match="tracekit.toml: device 'x': bad regular expression"):
+        find_device("NVIDIA H100", tmp_path)
+    (tmp_path / "tracekit.toml").write_text('[[device]]\nname = "x"\nmatch = "x"\nfp32 = -1\n')
+    with pytest.raises(ConfigError, match="must be positive numbers"):
+        find_device("x", tmp_path)
+
+
+def test_verdicts_on_a_known_roof() -> None:
+    h100 = find_device("NVIDIA H100 80GB HBM3")
+    assert h100 is not None  # bf16 989 TFLOP/s, 3350 GB/s: ridge at 295 FLOP/byte
+    # 1 TFLOP in 2 ms (500 TFLOP/s), intensity 1000: compute-bound at 51% of peak
+    v, c, m = verdict(1e12, 1e9, 2_000_000, 10, h100, "bf16")
+    assert v == "compute-bound" and c == pytest.approx(500 / 989)
+    # 1 GB moved in 0.5 ms (2000 GB/s), intensity 0.25: memory-bound
+    v, c, m = verdict(2.5e8, 1e9, 500_000, 10, h100, "bf16")
+    assert v == "memory-bound" and m == pytest.approx(2000 / 3350)
+    # 1 MB in 5 us over 1 kernel: 200 GB/s, 6% of the roof, a 5 us kernel: latency-bound
+    v, _, _ = verdict(2.5e5, 1e6, 5_000, 1, h100, "bf16")
+    assert v == "latency-bound"
+    assert verdict(1.0, 1.0, 1_000, 1, None, "bf16") == ("", None, None)
+
+
+def test_without_shapes_the_analysis_says_what_enables_it() -> None:
+    rows = [{"event_id": 1, "parent_id": None, "stage": None, "request_id": 1,
+             "name": "aten::mm", "host_ms": 1.0, "input_dims": None, "input_types": None,
+             "concrete_inputs": None, "kernels": 1, "kernel_ns": 1000,
+             "top_kernel": "gemm", "top_kernel_ns": 1000, "device": 0}]  # fmt: skip
+    a = analyze({"op_kernels": rows})
+    assert a["note"] == ENABLE and "record_shapes=True" in a["note"] and not a["ops"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from tracekit.errors import ConfigError
 from tracekit.store.stages import CONFIG_NAME
@@ -55,7 +56,7 @@ def parse_devices(text: str, source: str) -> list[DevicePeak]:
             re.compile(match)
         except re.error as e:
             raise ConfigError(f"{source}: device {name!r}: bad regular expression ({e})") from None
-        nums = {k: t.get(k) for k in ("memory_gb_s", *DTYPE_KEYS) if k in t}
+        nums: dict[str, Any] = {k: t[k] for k in ("memory_gb_s", *DTYPE_KEYS) if k in t}
         bad = [k for k, v in nums.items() if not isinstance(v, (int, float)) or v <= 0]
         if bad or "memory_gb_s" not in nums or "fp32" not in nums:
             raise ConfigError(

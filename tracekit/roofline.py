@@ -145,7 +145,7 @@ def group_rows(calls: Sequence[OpCall], peak: DevicePeak | None) -> list[dict[st
     groups: dict[tuple[str, str, str], list[OpCall]] = defaultdict(list)
     for c in calls:
         groups[(c.name, c.shapes, c.work.dtype)].append(c)
-    out = []
+    out: list[dict[str, Any]] = []
     for (name, shapes, dtype), cs in groups.items():
         ns = sum(c.time_ns for c in cs)
         flops = sum(c.work.flops for c in cs)
