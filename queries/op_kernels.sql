@@ -4,7 +4,7 @@
 -- default: $trace_id 1
 -- The raw material of the roofline (tracekit/roofline.py): each op's shapes, and the GPU time of
 -- the kernels whose launching runtime call it directly encloses (launch_id -> runtime call ->
--- parent_id), or that carry its External id when that chain is missing (Kineto). An op's kernels
+-- parent_id), or that carry its External id when that chain ends elsewhere (Kineto). An op's kernels
 -- under nested ops (aten::linear -> aten::addmm -> gemm) are added up the parent_id chain by the
 -- caller. Shapes need torch.profiler's record_shapes=True (tracekit capture turns it on); nsys
 -- traces have no cpu_op rows.
@@ -25,7 +25,7 @@ WITH ops AS (
     SELECT coalesce(o.event_id, x.op_id) AS op_id, k.name, k.dur_ns, k.device
     FROM k
     LEFT JOIN ops o ON o.event_id = k.launch_parent
-    LEFT JOIN ext x ON k.launch_parent IS NULL AND x.external_id = k.external_id
+    LEFT JOIN ext x ON x.external_id = k.external_id  -- (an IS NULL test here: a 4x slower join)
 ), by_name AS (
     SELECT op_id, name, sum(dur_ns) AS ns, count(*) AS n, min(device) AS device
     FROM owned WHERE op_id IS NOT NULL GROUP BY op_id, name

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracekit.device_peaks import DevicePeak, find_device
-from tracekit.op_work import DTYPES, Work, causal_pairs, op_work
+from tracekit.op_work import DTYPES, FORMULAS, Work, causal_pairs, op_work
 
 LATENCY_SHARE = 0.10  # under 10% of its roof ...
 LATENCY_KERNEL_US = 20.0  # ... with kernels this short on average: launch/latency-bound
@@ -75,6 +75,8 @@ def modeled_calls(rows: Sequence[Mapping[str, Any]]) -> tuple[list[OpCall], bool
     work: dict[int, Work] = {}
     parsed: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
     for eid, r in by_id.items():
+        if r["name"] not in FORMULAS:  # (most ops: views, copies, allocations)
+            continue
         dims, types = _loads(r["input_dims"]), _loads(r["input_types"])
         concrete = _loads(r["concrete_inputs"]) or []
         w = op_work(str(r["name"]), dims, types, concrete)
@@ -82,15 +84,21 @@ def modeled_calls(rows: Sequence[Mapping[str, Any]]) -> tuple[list[OpCall], bool
             work[eid] = w
             parsed[eid] = (dims, types, concrete)
 
+    memo: dict[int, int | None] = {}
+
     def outermost(eid: int) -> int | None:
-        found, seen = None, 0
+        """The outermost op with a formula on the parent chain from eid (eid included)."""
+        chain: list[int] = []
         cur: int | None = eid
-        while cur is not None and cur in by_id and seen < 10_000:
-            if cur in work:
-                found = cur
+        while cur is not None and cur in by_id and cur not in memo and len(chain) < 10_000:
+            chain.append(cur)
             p = by_id[cur]["parent_id"]
-            cur, seen = (int(p) if p is not None else None), seen + 1
-        return found
+            cur = int(p) if p is not None else None
+        above = memo.get(cur) if cur is not None else None
+        for node in reversed(chain):  # from the top down
+            above = above if above is not None else (node if node in work else None)
+            memo[node] = above
+        return memo.get(eid)
 
     gpu = any(int(r["kernels"] or 0) > 0 for r in rows)
     time_ns: dict[int, int] = defaultdict(int)
