@@ -219,3 +219,21 @@ def test_work_is_counted_once_per_op_tree(copy_trace) -> None:  # type: ignore[n
     total = sum(int(r["kernel_ns"]) for r in q["op_kernels"])
     assert 0 < sum(c.time_ns for c in calls) <= total
     assert not math.isnan(analyze(q)["gflop"])
+
+
+def test_device_named_once_in_the_trace_gives_the_roofs(copy_trace) -> None:  # type: ignore[no-untyped-def]
+    """MI300X traces put GPU events on device 5 while deviceProperties lists id 0: the one
+    device name the trace records picks the peaks. Its graph-replayed decode step leaves no
+    floating-point work under host ops: no model row (no MFU of 0 from index arithmetic)."""
+    src = Path("../shared/traces/kineto_mi300x_sglang_qwen3-30b-a3b_decode_bs16_hipgraph_"
+               "tracelens.json.gz")  # fmt: skip
+    if not src.is_file():
+        pytest.skip("../shared/traces is absent")
+    with open_traces([copy_trace(src)]) as ts:
+        q = {n: ts.query_dicts(n, trace_id=1) for n in ("op_kernels", "gpu_devices",
+                                                        "trace_overview")}  # fmt: skip
+    assert [d["device_name"] for d in q["gpu_devices"]] == ["GPU 5"]
+    a = analyze(q)
+    assert a["device_name"] == "AMD Instinct MI300X"
+    assert a["device"]["name"] == "AMD Instinct MI300X" and a["device"]["memory_gb_s"] == 5300
+    assert a["model"] == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ TABLE_ROWS = 15  # op groups in the report's table (the JSON has up to JSON_ROWS
 JSON_ROWS = 100
 WEIGHT_GEMMS = ("aten::linear", "aten::mm", "aten::addmm")  # x @ W: never attention scores
 REQUEST = "(request)"  # model figures over the whole request when no stage is 'inference'
+UNNAMED = re.compile(r"GPU (\d+|\(unnamed\))$")  # gpu_devices' name of a device named nowhere
+FLOATS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")  # model FLOPs: floating point only
 ENABLE = (
     "No input shapes recorded: FLOPs, bytes and the roofline need torch.profiler's "
     "record_shapes=True (tracekit capture turns it on; nsys traces carry no shapes)."
@@ -264,12 +267,16 @@ def model_rows(
     for c in calls:
         if c.request_id is None or (scope != REQUEST and c.stage != scope):
             continue
+        if c.work.dtype not in FLOATS:
+            continue  # index arithmetic (int64 adds of a sampler) is not model work
         rid = int(c.request_id)
         flops[rid] += c.work.flops
         ns[rid] += c.time_ns
         by_dtype[rid][c.work.dtype] += c.work.flops
     out = []
     for rid, f in sorted(flops.items()):
+        if f <= 0:
+            continue  # (no modeled op did arithmetic: index ops of a graph-replayed step)
         wall = stage_ms.get((rid, scope))
         dtype = max(by_dtype[rid].items(), key=lambda kv: (kv[1], kv[0]))[0]
         achieved = f / (wall * 1e9) if wall else None  # TFLOP/s over the window
@@ -296,6 +303,12 @@ def analyze(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
     shaped = any(r["input_dims"] not in (None, "[]") for r in rows)
     devices = sorted(q.get("gpu_devices", []), key=lambda d: -float(d["busy_ms"] or 0))
     device_name = str(devices[0]["device_name"]) if devices else None
+    recorded = {n for r in q.get("trace_overview", [])
+                for n in str(r.get("device_names") or "").split(", ") if n}  # fmt: skip
+    if device_name and UNNAMED.match(device_name) and len(recorded) == 1:
+        # the GPU rows carry an index the device list does not (MI300X traces: events on
+        # device 5, deviceProperties id 0), and the trace names one kind of device
+        device_name = recorded.pop()
     calls, gpu = modeled_calls(rows) if shaped else ([], False)
     peak = find_device(device_name) if gpu else None
     lengths = {int(r["request_id"]): json.loads(r["lengths"])
