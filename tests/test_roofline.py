@@ -218,7 +218,16 @@ def test_work_is_counted_once_per_op_tree(copy_trace) -> None:  # type: ignore[n
     # every kernel launched under a modeled op is that op's time, once
     total = sum(int(r["kernel_ns"]) for r in q["op_kernels"])
     assert 0 < sum(c.time_ns for c in calls) <= total
-    assert not math.isnan(analyze(q)["gflop"])
+    a = analyze(q)
+    assert not math.isnan(a["gflop"])
+    # per kernel: exactly the calls that launched one kernel, their FLOPs over its time
+    single = [c for c in calls if c.kernels == 1 and c.time_ns > 0]
+    assert sum(k["count"] for k in a["kernels"]) == len(single)
+    for k in a["kernels"]:
+        mine = [c for c in single if c.top_kernel == k["kernel"] and c.work.dtype == k["dtype"]]
+        assert k["tflops"] == pytest.approx(
+            sum(c.work.flops for c in mine) / sum(c.time_ns for c in mine) / 1e3
+        )
 
 
 def test_device_named_once_in_the_trace_gives_the_roofs(copy_trace) -> None:  # type: ignore[no-untyped-def]

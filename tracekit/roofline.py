@@ -183,6 +183,41 @@ def group_rows(calls: Sequence[OpCall], peak: DevicePeak | None) -> list[dict[st
     return out
 
 
+def kernel_rows(calls: Sequence[OpCall], peak: DevicePeak | None) -> list[dict[str, Any]]:
+    """Per kernel name, over the op calls that launched exactly that one kernel (a GEMM's,
+    most often): the call's FLOPs and bytes are the kernel's, so its TFLOP/s and verdict are
+    the kernel's own. Calls of several kernels stay in the per-op table only."""
+    groups: dict[tuple[str, str], list[OpCall]] = defaultdict(list)
+    for c in calls:
+        if c.kernels == 1 and c.top_kernel and c.time_ns > 0:
+            groups[(c.top_kernel, c.work.dtype)].append(c)
+    out = []
+    for (kernel, dtype), cs in groups.items():
+        ns = sum(c.time_ns for c in cs)
+        flops = sum(c.work.flops for c in cs)
+        nbytes = sum(c.work.bytes for c in cs)
+        v, c_share, m_share = verdict(flops, nbytes, ns, len(cs), peak, dtype)
+        out.append(
+            {
+                "kernel": kernel,
+                "dtype": dtype,
+                "ops": ", ".join(sorted({c.name for c in cs})),
+                "count": len(cs),
+                "time_ms": ns / 1e6,
+                "gflop": flops / 1e9,
+                "mbytes": nbytes / 1e6,
+                "intensity": flops / nbytes if nbytes > 0 else None,
+                "tflops": flops / ns / 1e3,
+                "gb_per_s": nbytes / ns,
+                "share_peak_compute": c_share,
+                "share_peak_memory": m_share,
+                "verdict": v,
+            }
+        )
+    out.sort(key=lambda r: (-r["time_ms"], r["kernel"], r["dtype"]))
+    return out
+
+
 def _score_dims(call: OpCall) -> tuple[list[int], int] | None:
     """(leading dims, L) when the call works on attention scores [..., L, L]: a fused attention
     op ([B, H] and the query length), a batched Q·Kᵀ [N, L, d] @ [N, d, L], or an op (softmax,
@@ -356,6 +391,7 @@ def analyze(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "time_ms": sum(c.time_ns for c in calls) / 1e6,
         "ops": groups,
         "top_gemm": top_gemm,
+        "kernels": kernel_rows(calls, peak) if gpu else [],
         "model": model_rows(calls, stage_ms, peak, gpu),
         "padding": padding_share(calls, lengths),
         "_calls": calls,

@@ -31,6 +31,7 @@ def roofline_json(a: Mapping[str, Any]) -> dict[str, Any]:
 
     out = {k: v for k, v in a.items() if not k.startswith("_")}
     out["ops"] = list(out.get("ops", []))[:JSON_ROWS]
+    out["kernels"] = list(out.get("kernels", []))[:JSON_ROWS]
     return clean(out)  # type: ignore[no-any-return]
 
 
