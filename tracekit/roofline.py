@@ -191,7 +191,7 @@ def kernel_rows(calls: Sequence[OpCall], peak: DevicePeak | None) -> list[dict[s
     for c in calls:
         if c.kernels == 1 and c.top_kernel and c.time_ns > 0:
             groups[(c.top_kernel, c.work.dtype)].append(c)
-    out = []
+    out: list[dict[str, Any]] = []
     for (kernel, dtype), cs in groups.items():
         ns = sum(c.time_ns for c in cs)
         flops = sum(c.work.flops for c in cs)
