@@ -31,6 +31,7 @@ import sys
 import time
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -190,6 +191,7 @@ def preprocess(tok: Tokenizer, texts: list[str], padding: str, device: torch.dev
         "ids": ids.to(device, non_blocking=True),
         "mask": mask.to(device, non_blocking=True),
         "seq_len": length,
+        "lengths": [len(s) for s in seqs],  # each text's real tokens (its mask row's ones)
         "tokens": real,
         "padded_tokens": ids.numel() - real,
     }
@@ -264,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
     times: list[dict[str, float]] = []
     inner_times: list[dict[str, float]] = []
+    masks: list[dict[str, Any]] = []
     for r in range(args.requests):
         if args.fail_after is not None and r == args.fail_after:
             raise RuntimeError(f"simulated failure at request {r}")
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 t1 = time.perf_counter_ns()
                 batch = preprocess(tok, texts, args.padding, device)
                 s.set(batch=len(texts), seq_len=batch["seq_len"], tokens=batch["tokens"],
-                      padded_tokens=batch["padded_tokens"])  # fmt: skip
+                      padded_tokens=batch["padded_tokens"], lengths=batch["lengths"])  # fmt: skip
                 inner["preprocess"] = (time.perf_counter_ns() - t1) / 1e6
             ms["preprocess"] = (time.perf_counter_ns() - t0) / 1e6
             t0 = time.perf_counter_ns()
@@ -295,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                 inner["postprocess"] = (time.perf_counter_ns() - t1) / 1e6
             ms["postprocess"] = (time.perf_counter_ns() - t0) / 1e6
         ms["output_bytes"] = len(out)
+        # the attention mask the model saw, row by row (a test's oracle for padding shares)
+        rows, padded_len = batch["mask"].shape
+        masks.append({"rows": rows, "padded_len": padded_len,
+                      "row_sums": [int(x) for x in batch["mask"].sum(dim=1).tolist()]})  # fmt: skip
         times.append(ms)
         inner_times.append(inner)
 
@@ -305,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {st:<12} {means[st]:9.3f} ms/request")
     inner_means = {st: round(sum(t[st] for t in inner_times) / n, 4) for st in STAGES}
     record = {"inner_mean_ms": inner_means, "padding": args.padding, "device": device.type,
-              "mean_ms": means,
+              "mean_ms": means, "masks": masks,
               "requests": [{st: round(t[st], 4) for st in STAGES} for t in times]}  # fmt: skip
     if args.self_times is not None:
         with open(args.self_times, "a", encoding="utf-8") as fh:

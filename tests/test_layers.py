@@ -20,6 +20,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store", ("tracekit.store",)),
     ("engines", ("tracekit.store.traceset", "tracekit.spark", "tracekit.spark_sql",
                  "tracekit.export")),
+    ("analysis", ("tracekit.op_work", "tracekit.device_peaks", "tracekit.roofline")),
     ("presentation", ("tracekit.present", "tracekit.report", "tracekit.compare", "tracekit.output",
                       "tracekit.scrub")),
     ("capture", ("tracekit.capture", "tracekit.doctor")),

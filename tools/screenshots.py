@@ -22,13 +22,30 @@ SHOTS = {
     "report-nsys-2gpu.png": "nsys_2026_h100x2_mfu_before.sqlite",
     "report-kineto-bert.png": "kineto_h100_bert_small_inference_tracelens.json.gz",
 }
+# one section (its heading's id) at the top: the roofline of a Kineto trace with shapes
+SECTION_SHOTS = {
+    "report-roofline-qwen.png": ("kineto_h100_qwen1.5_0.5b_inference_tracelens.json.gz",
+                                 "t1-roofline-h"),
+}  # fmt: skip
 WIDTH, HEIGHT = 1400, 900
 
 
-def shoot(html: Path, png: Path, profile: Path) -> None:
+def from_section(html: Path, heading_id: str) -> Path:
+    """A copy of the report that starts at one section's heading (headless Chromium shoots the
+    top of a page, and the report's CSP allows no injected script to scroll it)."""
+    text = html.read_text()
+    body = text.index("<body>") + len("<body>")
+    cut = text[:body] + text[text.index(f'<h3 id="{heading_id}"') :]
+    out = html.with_name(f"{html.stem}-{heading_id}.html")
+    out.write_text(cut)
+    return out
+
+
+def shoot(html: Path, png: Path, profile: Path, section: str = "") -> None:
+    page = from_section(html, section) if section else html
     cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
            "--no-first-run", f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}",
-           f"--screenshot={png}", html.as_uri()]  # fmt: skip
+           f"--screenshot={png}", page.as_uri()]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
 
 
@@ -41,12 +58,13 @@ def main() -> None:
         sys.exit("chromium is not installed")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for png, name in SHOTS.items():
+        shots = {png: (name, "") for png, name in SHOTS.items()} | SECTION_SHOTS
+        for png, (name, section) in shots.items():
             src = REPO / name if name == "sample_traces" else args.traces / name
             html = Path(tmp) / f"{png}.html"
             subprocess.run([sys.executable, "-m", "tracekit", "report", str(src), "-o", str(html)],
                            check=True, capture_output=True)  # fmt: skip
-            shoot(html, args.out / png, Path(tmp) / "profile")
+            shoot(html, args.out / png, Path(tmp) / "profile", section)
             print(f"wrote {args.out / png}")
 
 

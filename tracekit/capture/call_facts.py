@@ -7,7 +7,8 @@ value. A few facts about them are enough to tie time to input size:
 - `<name>.shape`: the shape of a tensor argument (a list), `<name>.numel` its element count;
 - for a mapping of tensors (a tokenizer's BatchEncoding, a dict batch): the same per key;
 - `<key>.nonzero`: the non-zero count of a 2-D attention-mask-like tensor (a key or argument
-  whose name contains `mask`): the real tokens, beside `<key>.numel`, the padded ones;
+  whose name contains `mask`): the real tokens, beside `<key>.numel`, the padded ones; and
+  `<key>.lengths`, the non-zero count of each row (up to 1024 rows): each sequence's length;
 - `return.*`: the same for the return value.
 
 Argument names come from the function's signature (`args[i]` when it has none). Anything else
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 MAX_KEYS = 8  # facts from at most this many entries of one mapping
+MAX_ROWS = 1024  # a mask's per-row lengths recorded up to this many rows
 
 
 def _tensor_facts(name: str, value: Any, out: dict[str, Any]) -> bool:
@@ -34,6 +36,8 @@ def _tensor_facts(name: str, value: Any, out: dict[str, Any]) -> bool:
     if "mask" in name.rsplit(".", 1)[-1].lower() and len(shape) == 2:
         try:
             out[f"{name}.nonzero"] = int(value.count_nonzero())
+            if int(shape[0]) <= MAX_ROWS:  # each row's real tokens (attention FLOPs: l^2 each)
+                out[f"{name}.lengths"] = [int(x) for x in (value != 0).sum(dim=1).tolist()]
         except (RuntimeError, TypeError, AttributeError):
             pass
     return True

@@ -170,7 +170,7 @@ def run(argv: list[str]) -> int:
     sys.modules["__main__"] = main
     try:
         if auto is not None:
-            from tracekit.capture.auto_hooks import MainNamespace
+            from tracekit.capture.auto_hooks import MainNamespace  # lazy: zero-flag runs only
 
             exec(code, main.__dict__, MainNamespace(main.__dict__))
         else:

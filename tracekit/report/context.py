@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tracekit import roofline
 from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
@@ -24,6 +25,7 @@ from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
 from tracekit.report.serving import generation, serving_sentence
 from tracekit.sql import load_query
 from tracekit.store.traceset import QuerySource
+from tracekit.structures import titles
 from tracekit.version import __version__
 
 SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (largest first)
@@ -110,8 +112,9 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
         if sec.query == "top_ops" and params.keys() == {"trace_id", "limit"}:
             # top_ops ranks before its limit: its first `limit` ranks are the same rows
             q[sec.query] = [r for r in q["top_ops_all"] if r["rank"] <= params["limit"]]
-        else:
+        elif sec.query not in q or params.keys() != {"trace_id"}:  # (two sections read op_kernels)
             q[sec.query] = ts.query_dicts(sec.query, **params)
+    q["op_efficiency"] = [roofline.analyze(q)]  # FLOPs per op: Python formulas over op_kernels
     return q
 
 
@@ -148,8 +151,6 @@ def _stage_source(q: Mapping[str, list[dict[str, Any]]]) -> str:
     how, _, depth = inferred[0].removeprefix("inferred:").partition(" depth ")
     req = _REQ_WORDS.get(q["trace_overview"][0].get("request_source") or "", "each request")
     if not depth:  # a serving structure (tracekit/serving_structures.toml)
-        from tracekit.structures import titles
-
         return (
             f"The trace has no tracekit stages: stages from how its serving code is written, "
             f"{titles().get(how, how)} (source inferred:{how}, tracekit/serving_structures.toml), "

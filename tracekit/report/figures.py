@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from tracekit.report.finding import Finding
 from tracekit.report.model import Answer
+from tracekit.report.serving import generation
+from tracekit.roofline import JSON_ROWS
 
 
 def rounded(v: Any) -> Any:
@@ -25,6 +28,22 @@ def _program(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
     if not k:
         return None
     return {key: v for key, v in k.items() if key != "trace_id"}
+
+
+def roofline_json(a: Mapping[str, Any]) -> dict[str, Any]:
+    """The roofline analysis (tracekit.roofline.analyze) as plain rounded data."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return rounded(v)
+
+    out = {k: v for k, v in a.items() if not k.startswith("_")}
+    out["ops"] = list(out.get("ops", []))[:JSON_ROWS]
+    out["kernels"] = list(out.get("kernels", []))[:JSON_ROWS]
+    return clean(out)  # type: ignore[no-any-return]
 
 
 def figures(
@@ -167,6 +186,7 @@ def figures(
             ),
             None,
         ),
+        "roofline": roofline_json(q["op_efficiency"][0]),
         "findings": [
             {
                 "id": f.id,
@@ -186,10 +206,6 @@ def figures(
 def _generation(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
     """TTFT / TPOT percentiles and the per-request rows of generation_requests (None: no
     prefill/decode steps)."""
-    from dataclasses import asdict
-
-    from tracekit.report.serving import generation
-
     rows = q.get("generation_requests", [])
     g = generation(rows)
     if g is None:

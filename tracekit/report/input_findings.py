@@ -32,9 +32,41 @@ def _num(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) else 0.0
 
 
+def _attention_padding(results: Results) -> Mapping[str, Any] | None:
+    """The roofline's share of attention FLOPs spent on padding (tracekit.roofline), if known."""
+    rows = results.get("op_efficiency") or [{}]
+    pad = rows[0].get("padding")
+    return pad if isinstance(pad, Mapping) else None
+
+
 def rule_padding_waste(results: Results) -> Iterable[Finding]:
     rows = [r for r in results.get("padding_waste", []) if _num(r.get("padded_tokens")) > 0]
+    flops = _attention_padding(results)
+    flops_text = ""
+    numbers: dict[str, float] = {}
+    if flops is not None:
+        flops_share = _num(flops["padding_share"])
+        flops_text = (
+            f"{flops_share:.0%} of attention FLOPs are on padding tokens "
+            f"({_num(flops['attention_gflop']) - _num(flops['real_gflop']):.3f} of "
+            f"{_num(flops['attention_gflop']):.3f} GFLOP over {int(_num(flops['requests']))} "
+            "requests, from their real sequence lengths)"
+        )
+        numbers["attention_padding_flops_share"] = flops_share
     if not rows:
+        if flops is None or numbers["attention_padding_flops_share"] < PADDING_SHARE:
+            return
+        yield Finding(
+            "padding_waste",
+            "high",
+            "Most attention work is on padding",
+            flops_text[:1].upper() + flops_text[1:],
+            "op_kernels",
+            "Pad to the batch's longest input or to length buckets (dynamic padding), sort or "
+            "bucket requests by length; attention work grows with the square of the padded "
+            "length.",
+            numbers,
+        )
         return
     # the model's stage when it has the facts, else the stage with the most padded tokens
     row = next((r for r in rows if r["stage"] in MODEL_STAGES), None) or max(
@@ -50,7 +82,7 @@ def rule_padding_waste(results: Results) -> Iterable[Finding]:
         f"{share:.0%} of the {int(_num(row['padded_tokens']))} tokens {row['stage']} computed on "
         f"are padding ({int(_num(row['real_tokens']))} real; mean padded length "
         f"{_num(row['mean_padded_len']):.0f}, most real tokens in one call "
-        f"{int(_num(row['max_real_per_range']))})",
+        f"{int(_num(row['max_real_per_range']))})" + (f"; {flops_text}" if flops_text else ""),
         "padding_waste",
         "Pad to the batch's longest input or to length buckets (dynamic padding), sort or "
         "bucket requests by length; attention work grows with the square of the padded length.",
@@ -58,6 +90,7 @@ def rule_padding_waste(results: Results) -> Iterable[Finding]:
             "padding_share": share,
             "padded_tokens": _num(row["padded_tokens"]),
             "real_tokens": _num(row["real_tokens"]),
+            **numbers,
         },  # fmt: skip
     )
 

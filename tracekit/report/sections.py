@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracekit.report import charts
+from tracekit.report import charts, roofline_section
 
 Rows = Sequence[Mapping[str, Any]]
 Columns = tuple[tuple[str, str], ...]
@@ -222,6 +222,7 @@ OVERVIEW_COLS = (
     ("device_names", "Devices"),
 )
 
+MODEL_COLS = roofline_section.MODEL_COLS
 NEST_COLS = (("parent", "Nested in"), ("share_of_parent", "Share of parent"))
 OPS_VIA_COLS = (("via", "In nested stage"),)
 PY_COLS = (("stage", "Stage"), ("rank", "#"), ("name", "Function"), ("kind", "Kind"),
@@ -350,6 +351,12 @@ SECTIONS: tuple[Section, ...] = (
                  "is for display only); share = of all kernels' summed time."),
     Section("kernels", "Top GPU kernels per stage", "top_kernels", "top_kernels_by_stage",
             KERNEL_COLS, limit=True),
+    Section("roofline", "Operator efficiency (roofline)", "op_kernels", "roofline.ops",
+            roofline_section.op_columns, rows=roofline_section.op_rows,
+            note=roofline_section.op_note, charts=roofline_section.roofline_chart),
+    Section("model_flops", "Model FLOPs per request", "op_kernels", "roofline.model",
+            MODEL_COLS, rows=roofline_section.model_rows, note=roofline_section.model_note,
+            shown=lambda laid: bool(roofline_section.model_rows(laid))),
     Section("gpu", "GPU busy / idle", "gpu_utilization", "gpu.busy_ms, gpu.by_stage", GPU_COLS,
             rows=_gpu_rows, note=_gpu_note, charts=_gpu_charts),
     Section("devices", "GPU devices", "gpu_devices", "gpu.per_device", DEVICE_COLS,
@@ -376,4 +383,4 @@ SECTIONS: tuple[Section, ...] = (
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
                  "host_waits", "request_timeline", "gpu_timeline", "program_kind",
                  "blocking_calls", "stage_host_waits", "graph_replay",
-                 "generation_requests")  # fmt: skip
+                 "generation_requests", "sequence_lengths")  # fmt: skip

@@ -13,7 +13,8 @@ from tracekit.ingest.common import STAGING_TABLE
 from tracekit.progress import NO_PROGRESS, Progress
 from tracekit.store.literals import execute
 from tracekit.store.stages import StageRule, split_depth
-from tracekit.structures import StructureStage
+from tracekit.structures import StructureStage, effective_structures
+from tracekit.structures import install as install_structures
 
 
 def table_ddl(table: str) -> str:
@@ -67,8 +68,6 @@ def derive(
             "INSERT INTO _stage_rules SELECT unnest($stages), unnest($patterns)",
             {"stages": [r.stage for r in rules], "patterns": [r.pattern for r in rules]},
         )
-    from tracekit.structures import effective_structures
-    from tracekit.structures import install as install_structures
 
     install_structures(con, effective_structures() if structures is None else structures)
     steps = derive_steps()
