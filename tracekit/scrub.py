@@ -225,6 +225,9 @@ def _strip_behaviour(tmp: Path, removed: Counter[str]) -> None:
 
 def scrub_sqlite(source: Path, tmp: Path, opt: ScrubOptions, removed: dict[str, int]) -> None:
     """The registry's nsys scrub: copy `source` byte for byte to `tmp`, then scrub the copy."""
+    from tracekit.ingest.nsys_source import refuse_pending_wal
+
+    refuse_pending_wal(source)  # the copy would lack the pages committed to its -wal
     shutil.copyfile(source, tmp)
     counts: Counter[str] = Counter()
     _scrub_sqlite(source, tmp, opt, counts)

@@ -73,6 +73,28 @@ def wal_mode(path: Path) -> bool:
     return len(head) == 20 and (head[18] == 2 or head[19] == 2)
 
 
+_WAL_HEADER_BYTES = 32  # a WAL file of its header alone holds no committed page
+
+
+def refuse_pending_wal(path: Path) -> None:
+    """A WAL-mode export is read immutable (nothing written beside it), which ignores its
+    `-wal` file: pages committed there would be missing from every figure. Refuse instead."""
+    if not wal_mode(path):
+        return
+    wal = path.with_name(path.name + "-wal")
+    try:
+        size = wal.stat().st_size
+    except OSError:
+        return  # no WAL beside it: every committed page is in the file
+    if size > _WAL_HEADER_BYTES:
+        raise TraceFormatError(
+            f"{path}: {wal.name} holds {size} bytes of committed changes not yet in the file "
+            "(is a writer still open?); read partly it would give wrong figures: checkpoint it "
+            f"(sqlite3 {path.name} 'PRAGMA wal_checkpoint(TRUNCATE)') or ingest a copy made with "
+            f"sqlite3 {path.name} '.backup copy.sqlite'"
+        )
+
+
 def _uri(path: Path) -> str:
     # A rollback-journal export read `mode=ro` leaves nothing beside it and still sees a
     # writer's lock ("is nsys still writing it?"); a WAL-mode one would get -wal/-shm files,
@@ -104,6 +126,7 @@ def sqlite_error(path: Path, e: BaseException) -> TraceFormatError:
 @contextlib.contextmanager
 def connect_ro(path: Path) -> Iterator[sqlite3.Connection]:
     """A read-only sqlite3 connection that decodes bad UTF-8 instead of failing."""
+    refuse_pending_wal(path)
     try:
         con = sqlite3.connect(_uri(path), uri=True, timeout=1.0)
     except sqlite3.Error as e:

@@ -210,6 +210,29 @@ def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> b
     if not cache.is_file() or cache.is_symlink():
         return False
     why = None
+    if _wal_of(cache).exists() or _wal_of(cache).is_symlink():
+        # A build ends with CHECKPOINT and closes: a WAL beside the store is not its own, and
+        # opening the store would replay it (another database's WAL fails every open).
+        why = f"{_wal_of(cache).name} beside it is not its own"
+    else:
+        why = _open_problem(cache, key)
+        if why == "":
+            return False  # stale: the source changed (no notice needed)
+    if why is not None and notice:
+        import sys
+
+        print(f"tracekit: the cached store {cache} is not usable: {why}; rebuilding",
+              file=sys.stderr)  # fmt: skip
+    return why is None
+
+
+def _wal_of(store: Path) -> Path:
+    return store.with_name(store.name + ".wal")
+
+
+def _open_problem(cache: Path, key: dict[str, str]) -> str | None:
+    """Why the store cannot be used (None: it can; "": it is stale)."""
+    why = None
     try:
         con = duckdb.connect(str(cache), read_only=True)
     except duckdb.Error as e:
@@ -220,7 +243,7 @@ def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> b
             if why is None:
                 rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
                 if not all(rows.get(k) == v for k, v in key.items()):
-                    return False  # stale: the source changed (no notice needed)
+                    return ""
                 counts = con.execute(
                     "SELECT (SELECT count(*) FROM traces), (SELECT sum(event_count) FROM traces),"
                     " (SELECT count(*) FROM events)"
@@ -231,12 +254,7 @@ def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> b
             why = f"it cannot be read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
         finally:
             con.close()
-    if why is not None and notice:
-        import sys
-
-        print(f"tracekit: the cached store {cache} is not usable: {why}; rebuilding",
-              file=sys.stderr)  # fmt: skip
-    return why is None
+    return why
 
 
 @contextlib.contextmanager
@@ -375,6 +393,8 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
                     {"k": keys, "v": [key[k] for k in keys]})  # fmt: skip
             con.execute("CHECKPOINT")
             con.close()
+        with contextlib.suppress(FileNotFoundError):
+            _wal_of(out).unlink()  # a stale WAL would be replayed onto the new store
         os.replace(tmp, out)
     except BaseException:
         con.close()
