@@ -5,6 +5,7 @@ reproduction; errors are one line on stderr with exit 2 (130 on Ctrl-C), nothing
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sqlite3
@@ -125,3 +126,55 @@ def test_foreign_store_wal_is_removed_and_the_store_rebuilt(tmp_path: Path) -> N
     code, out, err = run(*query)
     assert (code, out) == (0, good), err
     assert not wal.exists()
+
+
+# --- Ctrl-C during ingest; failed ingests leave nothing ------------------------------------
+
+BIG = shared_traces("kineto_mi300x_flux.1_*.json.gz")  # the largest shared trace
+
+
+@pytest.mark.skipif(not BIG, reason="no shared flux trace")
+@pytest.mark.parametrize("after_s", [0, 1, 2])
+def test_ctrl_c_during_ingest_exits_130_and_leaves_no_cache(tmp_path: Path, after_s: int) -> None:
+    cache = tmp_path / "cache"
+    env = {**os.environ, "TRACEKIT_CACHE_DIR": str(cache)}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tracekit", "ingest", str(BIG[0])], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    for _ in range(6000):  # until the build's temp store exists: the ingest is under way
+        if p.poll() is not None or list(cache.glob("stores/.*.tmp")):
+            break
+        time.sleep(0.01)
+    time.sleep(after_s)  # (a point later in the build; not an assertion on time)
+    if p.poll() is not None:
+        p.communicate()
+        pytest.skip("the ingest finished before it could be interrupted")
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert (p.returncode, err) == (130, "Error: interrupted\n")
+    assert not cache.exists(), sorted(str(x) for x in cache.rglob("*"))
+
+
+@pytest.mark.skipif(not SMALL_KINETO, reason="no shared Kineto trace")
+def test_failed_ingest_leaves_no_empty_cache_folders(tmp_path: Path) -> None:
+    import gzip
+
+    bad = tmp_path / "bad.json.gz"  # a Kineto trace cut in the middle of its events
+    data = gzip.decompress(SMALL_KINETO[0].read_bytes())
+    bad.write_bytes(gzip.compress(data[: len(data) // 2]))
+    cache = tmp_path / "cache"
+    code, _, err = run("ingest", str(bad), env={"TRACEKIT_CACHE_DIR": str(cache)})
+    one_line_error(code, err, "bad.json.gz")
+    assert not cache.exists(), sorted(str(x) for x in cache.rglob("*"))
+
+
+@pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys not on PATH")
+def test_failed_nsys_export_leaves_no_empty_folder(tmp_path: Path) -> None:
+    rep = tmp_path / "broken.nsys-rep"
+    rep.write_bytes(b"NSYS" + b"\0" * 4096)
+    cache = tmp_path / "cache"
+    code, _, err = run("ingest", str(rep), env={"TRACEKIT_CACHE_DIR": str(cache)})
+    one_line_error(code, err, "broken.nsys-rep")
+    assert not cache.exists(), sorted(str(x) for x in cache.rglob("*"))

@@ -325,34 +325,39 @@ def export_nsys_rep(path: Path, timeout_s: float | None = None) -> Path:
     if out.is_file():
         os.utime(out)  # recently used: least-recently-used eviction spares it
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.sqlite")
-    timeout = timeout_s or float(os.environ.get("TRACEKIT_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
-    cmd = [
-        nsys,
-        "export",
-        "--type",
-        "sqlite",
-        "--force-overwrite",
-        "true",
-        "--output",
-        str(tmp),
-        str(path),
-    ]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        tmp.unlink(missing_ok=True)
-        raise TraceFormatError(
-            f"{path}: `nsys export` did not finish within {timeout:.0f} s (set "
-            "TRACEKIT_NSYS_TIMEOUT to wait longer, or export it yourself)"
-        ) from None
-    if proc.returncode != 0 or not tmp.is_file():
-        tmp.unlink(missing_ok=True)
-        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
-        raise TraceFormatError(
-            f"{path}: `nsys export` failed (exit {proc.returncode}): "
-            f"{lines[-1] if lines else 'no output'}"
-        )
-    os.replace(tmp, out)
+    from tracekit.store.cache import folder_for
+
+    with folder_for(out.parent):  # a failed export leaves no empty nsys-export/
+        tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.sqlite")
+        timeout = timeout_s or float(os.environ.get("TRACEKIT_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
+        cmd = [
+            nsys,
+            "export",
+            "--type",
+            "sqlite",
+            "--force-overwrite",
+            "true",
+            "--output",
+            str(tmp),
+            str(path),
+        ]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            tmp.unlink(missing_ok=True)
+            raise TraceFormatError(
+                f"{path}: `nsys export` did not finish within {timeout:.0f} s (set "
+                "TRACEKIT_NSYS_TIMEOUT to wait longer, or export it yourself)"
+            ) from None
+        except BaseException:  # Ctrl-C: nsys is killed, its partial output goes too
+            tmp.unlink(missing_ok=True)
+            raise
+        if proc.returncode != 0 or not tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+            raise TraceFormatError(
+                f"{path}: `nsys export` failed (exit {proc.returncode}): "
+                f"{lines[-1] if lines else 'no output'}"
+            )
+        os.replace(tmp, out)
     return out

@@ -357,20 +357,32 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
 def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
            memory_limit: str) -> IngestResult:  # fmt: skip
     key = _source_key(source, rules)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with cache.folder_for(out.parent):
+        try:
+            return _build_in(source, out, rules, fmt, memory_limit, key)
+        except (RuntimeError, duckdb.InterruptException) as e:
+            # DuckDB turns Ctrl-C inside a query into RuntimeError('Query interrupted').
+            if isinstance(e, duckdb.InterruptException) or "interrupted" in str(e).lower():
+                raise KeyboardInterrupt from None
+            raise
+
+
+def _build_in(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
+              memory_limit: str, key: dict[str, str]) -> IngestResult:  # fmt: skip
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
     tmp = Path(tmp_name)
-    tmp.unlink()  # DuckDB wants to create the file itself
-    # Beside the ingest: the imports the build would otherwise wait for on this thread, and
-    # the digest, which reads the whole file (hashlib releases the GIL).
     background = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-    background.submit(_import_ahead)
-    digest = background.submit(_sha256, source)
     try:
+        os.close(fd)
+        tmp.unlink()  # DuckDB wants to create the file itself
+        # Beside the ingest: the imports the build would otherwise wait for on this thread,
+        # and the digest, which reads the whole file (hashlib releases the GIL).
+        background.submit(_import_ahead)
+        digest = background.submit(_sha256, source)
         con = connect(str(tmp))
-    except BaseException:
+    except BaseException:  # (Ctrl-C while DuckDB creates the file, say)
         background.shutdown(wait=False)
+        _discard(tmp)
         raise
     try:
         con.execute("SET preserve_insertion_order = false")
@@ -399,10 +411,7 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
     except BaseException:
         con.close()
         digest.cancel()
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        with contextlib.suppress(FileNotFoundError):
-            Path(str(tmp) + ".wal").unlink()
+        _discard(tmp)
         raise
     finally:
         background.shutdown(wait=False)
@@ -415,6 +424,14 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
         skipped=dict(info.stats.skipped),
         warnings=info.warnings,
     )
+
+
+def _discard(tmp: Path) -> None:
+    """Remove a build's temp store, its WAL and DuckDB's spill folder beside it."""
+    for p in (tmp, Path(str(tmp) + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    shutil.rmtree(Path(str(tmp) + ".tmp"), ignore_errors=True)
 
 
 def _write_trace_row(

@@ -54,6 +54,27 @@ def store_path_for(source: Path) -> Path:
     return cache_dir() / _STORES / f"{digest}-{safe}{STORE_SUFFIX}"
 
 
+@contextlib.contextmanager
+def folder_for(path: Path) -> Iterator[None]:
+    """`mkdir -p path` for the block; when the block fails (or is interrupted), the folders
+    it created and left empty are removed again: a failed ingest leaves no empty `stores/`."""
+    created: list[Path] = []
+    p = path
+    while not p.exists() and not p.is_symlink() and p != p.parent:
+        created.append(p)
+        p = p.parent
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for d in created:  # innermost first; stops at the first one that is not empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+
+
 def source_identity(source: Path) -> dict[str, str]:
     """What says that a file is still the same file: a replaced file (new inode, ctime) or
     an edited one (size, mtime) gets a new identity."""
