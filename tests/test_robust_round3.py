@@ -5,6 +5,7 @@ reproduction; errors are one line on stderr with exit 2 (130 on Ctrl-C), nothing
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -178,3 +179,104 @@ def test_failed_nsys_export_leaves_no_empty_folder(tmp_path: Path) -> None:
     code, _, err = run("ingest", str(rep), env={"TRACEKIT_CACHE_DIR": str(cache)})
     one_line_error(code, err, "broken.nsys-rep")
     assert not cache.exists(), sorted(str(x) for x in cache.rglob("*"))
+
+
+# --- the tracebacks where one line is due ----------------------------------------------------
+
+ZERO_KERNEL = {
+    "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100,
+         "dur": 50, "args": {"External id": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 110, "dur": 5, "args": {"correlation": 7, "External id": 1}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 120, "dur": 0,
+         "args": {"correlation": 7, "device": 0, "stream": 7, "External id": 1}},
+    ]
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["html", "md", "json"])
+def test_report_of_a_trace_whose_only_kernel_lasts_zero(tmp_path: Path, fmt: str) -> None:
+    trace = tmp_path / "zero.json"
+    trace.write_text(json.dumps(ZERO_KERNEL))
+    out = tmp_path / f"report.{fmt}"
+    code, _, err = run("report", str(trace), "--format", fmt, "-o", str(out))
+    assert code == 0, err
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.skipif(not SMALL_NSYS, reason="no shared nsys export")
+def test_integer_wider_than_128_bits_in_an_nsys_export(tmp_path: Path) -> None:
+    src = tmp_path / "wide.sqlite"
+    shutil.copyfile(SMALL_NSYS[0], src)
+    src.chmod(0o644)
+    con = sqlite3.connect(src)
+    con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = ?", ("9" * 50,))
+    con.commit()
+    con.close()
+    code, out, err = run("sql", str(src), "SELECT clock_offset_ns IS NULL AS no_clock, "
+                         "(SELECT count(*) FROM events) > 0 AS has_events FROM traces",
+                         "--format", "csv")  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[1] == "true,true"  # no wall clock from a value that is none
+
+
+def test_deeply_nested_toml_is_one_line(tmp_path: Path) -> None:
+    trace = tmp_path / "t" / "zero.json"
+    trace.parent.mkdir()
+    trace.write_text(json.dumps(ZERO_KERNEL))
+    budget = tmp_path / "deep.toml"
+    budget.write_text("[budgets]\nx = " + "[" * 5000 + "]" * 5000 + "\n")
+    one_line_error(*run("check", str(trace), "--budget-file", str(budget))[::2], "deep.toml")
+    (trace.parent / "tracekit.toml").write_text("[stages]\nx = " + "{a=" * 3000 + "1" +
+                                                "}" * 3000 + "\n")  # fmt: skip
+    one_line_error(*run("sql", str(trace), "SELECT 1")[::2], "tracekit.toml")
+
+
+def test_unwritable_cache_or_output_is_one_line(tmp_path: Path) -> None:
+    trace = tmp_path / "zero.json"
+    trace.write_text(json.dumps(ZERO_KERNEL))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    code, _, err = run("ingest", str(trace), env={"TRACEKIT_CACHE_DIR": str(a_file)})
+    one_line_error(code, err, "a_file")
+    one_line_error(*run("ingest", str(trace), "-o", "/proc/tracekit-x.duckdb")[::2], "/proc")
+    one_line_error(*run("ingest", str(trace), str(trace), "-o", "/proc/x.duckdb")[::2], "/proc")
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Any:
+    """A read-only file system (a tmpfs mounted ro; root can write anywhere else)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
+                       capture_output=True, check=False)  # fmt: skip
+    if r.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_scrub_into_a_read_only_folder_is_one_line(tmp_path: Path, read_only_folder: Path) -> None:
+    trace = tmp_path / "zero.json"
+    trace.write_text(json.dumps(ZERO_KERNEL))
+    out = read_only_folder / "x.json"
+    one_line_error(*run("scrub", str(trace), str(out))[::2], "read-only")
+
+
+def test_kineto_rank_out_of_range_ingests_without_a_rank(tmp_path: Path) -> None:
+    trace = tmp_path / "rank.json"
+    trace.write_text(json.dumps({**ZERO_KERNEL, "distributedInfo": {"rank": 2**40}}))
+    code, out, err = run("sql", str(trace), "SELECT rank IS NULL AS no_rank FROM traces",
+                         "--format", "csv")  # fmt: skip
+    assert (code, out.splitlines()[1]) == (0, "true"), err
+
+
+def test_internal_sql_is_never_printed_but_user_sql_keeps_hints(tmp_path: Path) -> None:
+    trace = tmp_path / "zero.json"
+    trace.write_text(json.dumps(ZERO_KERNEL))
+    code, _, err = run("sql", str(trace), "SELECT durns FROM events")
+    assert code == 2 and "Candidate bindings:" in err and '"dur_ns"' in err, err
+    assert "LINE 1" not in err and err.count("\n") == 2, err
+    code, _, err = run("sql", str(trace), "SELECT * FROM stagse")
+    assert code == 2 and 'Did you mean "stages"?' in err, err

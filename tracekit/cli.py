@@ -146,6 +146,17 @@ class TracekitGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("Error: interrupted", err=True)
             sys.exit(130)
+        except Exception as e:
+            # A DuckDB error no layer turned into a TracekitError: its first line only (the
+            # rest quotes internal SQL). Checked by module, so the CLI need not import duckdb.
+            if type(e).__module__.split(".")[0] not in ("duckdb", "_duckdb") or (
+                ctx.obj and ctx.obj.get("debug")
+            ):
+                raise
+            from tracekit.store.db_errors import first_line
+
+            click.echo(f"Error: {first_line(e)}", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=TracekitGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -81,5 +81,7 @@ def _copy_table(con: duckdb.DuckDBPyConnection, table: str, folder: Path) -> int
     try:
         con.execute(sql)
     except duckdb.Error as e:
-        raise StoreError(f"could not export {table} to {folder} ({e})") from None
+        from tracekit.store.db_errors import first_line
+
+        raise StoreError(f"could not export {table} to {folder} ({first_line(e)})") from None
     return n

@@ -741,7 +741,9 @@ def _trace_info(top: dict[str, Any], stats: IngestStats) -> TraceInfo:
     devices = top.get("deviceProperties")
     dist_info = top.get("distributedInfo")
     dist: dict[str, Any] = dist_info if isinstance(dist_info, dict) else {}
-    rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+    rank = dist.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 2**31:
+        rank = None  # (traces.rank is INTEGER: 2^40 failed the build with the statement)
     base = top.get("baseTimeNanoseconds")
     try:
         clock_offset = int(base) if base is not None else None

@@ -168,7 +168,7 @@ def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
         c = cats[0]
         where = f" on {top['device_name']}" if len(devs) > 1 else ""
         text += (
-            f" Top activity{where}: {c['category']} {c['share_of_device']:.0%} of GPU time "
+            f" Top activity{where}: {c['category']} {c['share_of_device'] or 0:.0%} of GPU time "
             f"(top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
         )
     return text

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -29,6 +28,7 @@ from tracekit.ingest.formats import TraceFormat
 from tracekit.progress import build_progress
 from tracekit.store import cache
 from tracekit.store.attributes import apply_attributes, sidecars_for
+from tracekit.store.db_errors import first_line
 from tracekit.store.derive import derive, table_ddl
 from tracekit.store.literals import execute, string_literal
 from tracekit.store.stages import StageRule, rules_digest
@@ -236,7 +236,7 @@ def _open_problem(cache: Path, key: dict[str, str]) -> str | None:
     try:
         con = duckdb.connect(str(cache), read_only=True)
     except duckdb.Error as e:
-        why = f"it does not open ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        why = f"it does not open ({first_line(e)})"
     else:
         try:
             why = store_problem(con) or _truncated(con, cache)
@@ -251,7 +251,7 @@ def _open_problem(cache: Path, key: dict[str, str]) -> str | None:
                 if counts is None or counts[0] != 1 or counts[1] != counts[2]:
                     why = "its row counts disagree"
         except duckdb.Error as e:
-            why = f"it cannot be read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            why = f"it cannot be read ({first_line(e)})"
         finally:
             con.close()
     return why
@@ -369,8 +369,7 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
 
 def _build_in(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
               memory_limit: str, key: dict[str, str]) -> IngestResult:  # fmt: skip
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    tmp = Path(tmp_name)
+    fd, tmp = cache.temp_beside(out)
     background = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     try:
         os.close(fd)
@@ -499,7 +498,7 @@ def ensure_trace_store(
         except TracekitError:
             raise
         except duckdb.Error as e:
-            raise StoreError(f"{source}: could not build the store ({e})") from None
+            raise StoreError(f"{source}: could not build the store ({first_line(e)})") from None
     if out is None:
         cache.prune_to_configured_max(keep=store)
     return result

@@ -16,12 +16,13 @@ import hashlib
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.errors import ConfigError
+from tracekit.errors import ConfigError, StoreError
 
 CACHE_DIR_ENV = "TRACEKIT_CACHE_DIR"
 MAX_SIZE_ENV = "TRACEKIT_CACHE_MAX_SIZE"
@@ -63,7 +64,10 @@ def folder_for(path: Path) -> Iterator[None]:
     while not p.exists() and not p.is_symlink() and p != p.parent:
         created.append(p)
         p = p.parent
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"{path}: cannot create the folder ({e.strerror or e})") from None
     try:
         yield
     except BaseException:
@@ -73,6 +77,16 @@ def folder_for(path: Path) -> Iterator[None]:
             except OSError:
                 break
         raise
+
+
+def temp_beside(out: Path) -> tuple[int, Path]:
+    """A new temp file in `out`'s folder (mkstemp), for a store written then renamed to out;
+    a folder that cannot be written (read-only file system, /proc) is one StoreError."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    except OSError as e:
+        raise StoreError(f"{out}: cannot write a store there ({e.strerror or e})") from None
+    return fd, Path(name)
 
 
 def source_identity(source: Path) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from tracekit.store.build import (
     ensure_trace_store,
     is_duckdb_file,
 )
+from tracekit.store.db_errors import first_line, with_hints
 from tracekit.store.lake import export_tables, is_export_dir, older_export_problem
 from tracekit.store.literals import execute
 from tracekit.store.stages import StageRule, load_config_rules
@@ -231,7 +231,7 @@ class TraceSet:
         try:
             return _interruptible(self.con, query, params or {})
         except duckdb.Error as e:
-            msg = _first_line(e)
+            msg = with_hints(e)
             if "read-only" in msg:
                 msg += " (stores open read-only; `tracekit sql --write` opens a store read-write)"
             raise QueryError(msg) from None
@@ -283,8 +283,7 @@ def _interruptible(
 
 
 def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    return first_line(e)
 
 
 def _rules_for(trace: Path, rules: Sequence[StageRule] | None) -> list[StageRule]:
@@ -413,10 +412,11 @@ def write_store(
     store_files = [r.store for r in ingests] + stores
     if len(store_files) == 1 and not stores and out.resolve() == store_files[0].resolve():
         return out, ingests
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    from tracekit.store.cache import folder_for, temp_beside
+
+    with folder_for(out.parent):
+        fd, tmp = temp_beside(out)
     os.close(fd)
-    tmp = Path(tmp_name)
     tmp.unlink()
     try:
         con = connect(str(tmp))
