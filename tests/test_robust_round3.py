@@ -280,3 +280,46 @@ def test_internal_sql_is_never_printed_but_user_sql_keeps_hints(tmp_path: Path) 
     assert "LINE 1" not in err and err.count("\n") == 2, err
     code, _, err = run("sql", str(trace), "SELECT * FROM stagse")
     assert code == 2 and 'Did you mean "stages"?' in err, err
+
+
+# --- secrets ----------------------------------------------------------------------------------
+
+GHP = "ghp_" + "a1B2" * 9
+HF = "hf_" + "Zy9x" * 9
+AKIA = "AKIAIOSFODNN7EXAMPLE"
+
+
+def test_scrub_finds_tokens_joined_to_a_word(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    doc = json.loads(json.dumps(ZERO_KERNEL))
+    doc["traceEvents"][0]["name"] = f"kernel_{GHP}"
+    doc["traceEvents"][1]["name"] = f"x_{HF}"
+    doc["traceEvents"][2]["name"] = f"key_{AKIA}_v2"
+    trace.write_text(json.dumps(doc))
+    out = tmp_path / "clean.json"
+    code, _, err = run("scrub", str(trace), str(out))
+    assert code == 0, err
+    text = out.read_text()
+    for token in (GHP, HF, AKIA):
+        assert token not in text
+    assert "kernel_<redacted>" in text and "key_<redacted>_v2" in text
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "html"])
+def test_report_shows_capture_paths_relative_to_the_run_folder(tmp_path: Path, fmt: str) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    project = tmp_path / "proj"
+    run_dir = project / "runs" / "a"
+    shutil.copytree(repo / "sample_traces", run_dir)
+    manifest = json.loads((run_dir / "capture.json").read_text())
+    manifest["cwd"] = str(project)
+    manifest["command"] = ["python", f"{project}/app.py", "--data", "/home/alice/data/x"]
+    for r in manifest.get("runs", []):
+        r["argv"] = [*r["argv"], "-o", f"{run_dir}/nsys"]
+    (run_dir / "capture.json").write_text(json.dumps(manifest))
+    out = tmp_path / f"report.{fmt}"
+    code, _, err = run("report", str(run_dir), "--format", fmt, "-o", str(out))
+    assert code == 0, err
+    text = out.read_text()
+    assert str(tmp_path) not in text and "/home/alice" not in text
+    assert "../../app.py" in text and "alice" not in text

@@ -17,6 +17,7 @@ import tracekit
 from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
+from tracekit.report.capture_paths import relative_paths
 from tracekit.report.figures import figures
 from tracekit.report.findings import Finding, evaluate
 from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
@@ -365,7 +366,8 @@ def load_capture(paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
             raise TraceFormatError(f"{f}: expected a JSON object")
         out = []
         # Secrets in command lines (--password=..., --hf-token X) never reach a report.
-        for k, v in sorted(redact_value(scrub_env(data)).items()):
+        # Paths relative to the run folder: a report never shows /home/<user>/...
+        for k, v in sorted(redact_value(scrub_env(relative_paths(data, p))).items()):
             if (
                 isinstance(v, list)
                 and k in ("command", "argv")
