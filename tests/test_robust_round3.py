@@ -323,3 +323,30 @@ def test_report_shows_capture_paths_relative_to_the_run_folder(tmp_path: Path, f
     text = out.read_text()
     assert str(tmp_path) not in text and "/home/alice" not in text
     assert "../../app.py" in text and "alice" not in text
+
+
+def test_store_and_parquet_export_keep_no_kineto_metadata_secrets(tmp_path: Path) -> None:
+    trace = tmp_path / "meta.json"
+    doc = {
+        **ZERO_KERNEL,
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 0, "backend": f"nccl {GHP}"},
+        "metadata": {"note": f"run by x_{HF}"},
+        "custom": {"hf_token": "plain-secret-1"},
+    }
+    trace.write_text(json.dumps(doc))
+    out = tmp_path / "lake"
+    code, _, err = run("export", "--parquet", str(out), str(trace))
+    assert code == 0, err
+    tables = sorted(d for d in out.iterdir() if d.is_dir())
+    assert tables  # (the export wrote its tables; read back as values: the files are zstd)
+    text = "".join(
+        str(duckdb.sql(f"SELECT * FROM read_parquet('{d}/**/*.parquet')").fetchall())
+        for d in tables
+    )
+    assert "schemaVersion" in text
+    for secret in (GHP, HF, "plain-secret-1"):
+        assert secret not in text
+    code, meta, err = run("sql", str(trace), "SELECT metadata::VARCHAR AS m FROM traces",
+                          "--format", "csv")  # fmt: skip
+    assert code == 0 and "schemaVersion" in meta and "<redacted>" in meta, err
