@@ -350,3 +350,83 @@ def test_store_and_parquet_export_keep_no_kineto_metadata_secrets(tmp_path: Path
     code, meta, err = run("sql", str(trace), "SELECT metadata::VARCHAR AS m FROM traces",
                           "--format", "csv")  # fmt: skip
     assert code == 0 and "schemaVersion" in meta and "<redacted>" in meta, err
+
+
+# --- bounded memory for one string ------------------------------------------------------------
+
+CPU_NSYS = shared_traces("nsys_2022.4_cpu_nvtx_osrt_example.sqlite")
+LIMIT = 65_536  # bounded_strings.MAX_CHARS, restated: the test holds the library to it
+
+
+def _ingest_in_child(trace: Path, cache: Path) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`tracekit ingest` in a child; (result, the child's peak RSS in bytes)."""
+    code = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'tracekit', 'ingest', sys.argv[1]],"
+        " capture_output=True, text=True)\n"
+        "sys.stderr.write(r.stderr)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+        "sys.exit(r.returncode)\n"
+    )
+    env = {**os.environ, "TRACEKIT_CACHE_DIR": str(cache)}
+    r = tracekit_cli_raw([sys.executable, "-c", code, str(trace)], env=env)
+    return r, int(r.stdout.strip().splitlines()[-1])
+
+
+def tracekit_cli_raw(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, **kw)
+
+
+@pytest.mark.skipif(not CPU_NSYS, reason="no shared nsys export with NVTX domains")
+def test_a_16_mb_nvtx_domain_name_is_cut_with_bounded_memory(tmp_path: Path) -> None:
+    src = tmp_path / "domain.sqlite"
+    shutil.copyfile(CPU_NSYS[0], src)
+    src.chmod(0o644)
+    con = sqlite3.connect(src)
+    n = con.execute("UPDATE NVTX_EVENTS SET text = ? WHERE eventType = 75",
+                    ("D" * (16 * 1024 * 1024),)).rowcount  # fmt: skip
+    con.commit()
+    con.close()
+    assert n == 1
+    r, peak = _ingest_in_child(src, tmp_path / "cache")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "cut to that length" in r.stderr
+    assert peak < 1024**3, peak  # main: a 4 MB name took 1.8 GB, 16 MB ran out of memory
+    longest = "SELECT max(length(name)) AS n FROM events"
+    cache_env = {"TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}
+    code, out, err = run("sql", str(src), longest, "--format", "csv", env=cache_env)
+    assert code == 0 and LIMIT < int(out.splitlines()[1]) <= LIMIT + 64, (out, err)
+
+
+def test_a_16_mb_kineto_event_name_is_cut_with_bounded_memory(tmp_path: Path) -> None:
+    doc = json.loads(json.dumps(ZERO_KERNEL))
+    doc["traceEvents"][0]["name"] = "N" * (16 * 1024 * 1024)
+    trace = tmp_path / "long.json"
+    trace.write_text(json.dumps(doc))
+    r, peak = _ingest_in_child(trace, tmp_path / "cache")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "cut to that length" in r.stderr
+    assert peak < 512 * 1024**2, peak  # main: 688 MB
+    longest = "SELECT max(length(name)) AS n FROM events"
+    cache_env = {"TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}
+    code, out, err = run("sql", str(trace), longest, "--format", "csv", env=cache_env)
+    assert code == 0 and LIMIT < int(out.splitlines()[1]) <= LIMIT + 64, (out, err)
+
+
+# --- small things -----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not SMALL_NSYS, reason="no shared nsys export")
+def test_a_quote_in_a_table_name_is_accepted(tmp_path: Path) -> None:
+    src = tmp_path / "q.sqlite"
+    shutil.copyfile(SMALL_NSYS[0], src)
+    src.chmod(0o644)
+    con = sqlite3.connect(src)
+    con.execute('CREATE TABLE "we""ird" (a TEXT)')
+    con.execute('INSERT INTO "we""ird" VALUES (1)')
+    kernels = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    con.commit()
+    con.close()
+    code, out, err = run("sql", str(src), "SELECT count(*) AS n FROM events WHERE kind = "
+                         "'kernel'", "--format", "csv")  # fmt: skip
+    assert (code, out.splitlines()[1]) == (0, str(kernels)), err

@@ -23,6 +23,7 @@ import duckdb
 
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import nsys_meta as meta
+from tracekit.ingest.bounded_strings import MAX_CHARS
 from tracekit.ingest.common import STAGING_TABLE, EventWriter, TraceInfo
 from tracekit.ingest.nsys_map import STR, Mapper
 from tracekit.ingest.nsys_source import (
@@ -101,7 +102,16 @@ def _ingest(
 ) -> TraceInfo:
     alias = f"_tk_nsys_src{trace_id}"
     writer = EventWriter(con, trace_id)
-    if reader == "sqlite3" or wal_mode(path):
+    if p.long_text:
+        # Text past bounded_strings.MAX_CHARS (a 4 MB NVTX domain name took 1.8 GB): the
+        # sqlite3 copy cuts it before the mapping copies it into every event of its domain.
+        cut = sum(len(c) for c in p.long_text.values())
+        info.warnings.append(
+            f"text columns with values past {MAX_CHARS:,} characters ("
+            + ", ".join(f"{t}.{c}" for t, cols in sorted(p.long_text.items()) for c in cols)
+            + f"): cut to that length, read with Python's sqlite3 ({cut} column(s))"
+        )
+    if reader == "sqlite3" or wal_mode(path) or p.long_text:
         # (sqlite_scanner opens a WAL-mode file so as to leave -wal/-shm beside it; sqlite3
         # reads it immutable)
         return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id, progress))

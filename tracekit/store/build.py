@@ -23,7 +23,8 @@ import duckdb
 from tracekit import __version__
 from tracekit.errors import StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
-from tracekit.ingest.common import IngestStats, TraceInfo
+from tracekit.ingest.bounded_strings import cut_staged, notice
+from tracekit.ingest.common import STAGING_TABLE, IngestStats, TraceInfo
 from tracekit.ingest.formats import TraceFormat
 from tracekit.progress import build_progress
 from tracekit.store import cache
@@ -392,6 +393,7 @@ def _build_in(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
         create_schema(con)
         with build_progress(f"ingest {source.name}") as progress:
             info = fmt.ingest(con, source, 1, tmp, progress)
+            _bound_strings(con, info)
             derive(con, rules, progress)
             sidecars = _sidecar_files(source)
             if sidecars:
@@ -423,6 +425,16 @@ def _build_in(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
         skipped=dict(info.stats.skipped),
         warnings=info.warnings,
     )
+
+
+def _bound_strings(con: duckdb.DuckDBPyConnection, info: TraceInfo) -> None:
+    """Cut names past bounded_strings.MAX_CHARS before derive copies them (see there)."""
+    staged = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = $t", {"t": STAGING_TABLE}
+    ).fetchone()
+    n = cut_staged(con, STAGING_TABLE if staged and staged[0] else "events", 1)
+    if n:
+        info.warnings.append(notice(n))
 
 
 def _discard(tmp: Path) -> None:
