@@ -125,7 +125,8 @@ def test_nsys_and_torch_capture_of_a_self_profiling_program(tmp_path):
     assert stage_counts(run_dir / "torch.pt.trace.json") == dict.fromkeys(STAGES, 2)
     assert nvtx_counts(run_dir / "nsys.sqlite") == dict.fromkeys(STAGES, 8)  # every request
     # nsys runs the child with umask 0: the trace the runner writes is still not world-writable
-    assert not (run_dir / "torch.pt.trace.json").stat().st_mode & stat.S_IWOTH
+    for written in (run_dir / "torch.pt.trace.json", *run_dir.glob("attributes/*.jsonl")):
+        assert not written.stat().st_mode & stat.S_IWOTH, written
 
 
 @pytest.mark.nsys

@@ -430,3 +430,55 @@ def test_a_quote_in_a_table_name_is_accepted(tmp_path: Path) -> None:
     code, out, err = run("sql", str(src), "SELECT count(*) AS n FROM events WHERE kind = "
                          "'kernel'", "--format", "csv")  # fmt: skip
     assert (code, out.splitlines()[1]) == (0, str(kernels)), err
+
+
+def test_readme_python_example_never_pools_a_captures_two_traces(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / "README.md").read_text()
+    opening = 'with tracekit.open("runs/base") as t:'
+    block = opening + readme.split(opening, 1)[1].split("```", 1)[0]
+    run_dir = tmp_path / "base"
+    shutil.copytree(repo / "sample_traces", run_dir)
+    scope: dict[str, Any] = {}
+    exec("import tracekit\n" + block.replace('"runs/base"', repr(str(run_dir))), scope)
+    rows = {(r["format"], r["stage"]): r["n"] for r in scope["df"].iter_rows(named=True)}
+    # oracles: NVTX ranges by sqlite3, record_function ranges by a plain pass over the JSON
+    con = sqlite3.connect(run_dir / "nsys.sqlite")
+    nvtx = dict(con.execute(
+        "SELECT name, count(*) FROM (SELECT coalesce(e.text, s.value) AS name FROM NVTX_EVENTS e "
+        "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN (59, 60)) GROUP BY name"
+    ).fetchall())  # fmt: skip
+    con.close()
+    kineto: dict[str, int] = {}
+    for e in json.loads((run_dir / "torch.pt.trace.json").read_text())["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "user_annotation":
+            kineto[e["name"]] = kineto.get(e["name"], 0) + 1
+    for (fmt, stage), n in rows.items():
+        expected = nvtx.get(stage) if fmt == "nsys" else kineto.get(f"tracekit:{stage}")
+        assert n == expected, (fmt, stage, n, expected)
+    assert {f for f, _ in rows} == {"nsys", "kineto"}
+
+
+def test_diff_md_shows_esc_and_bel_escaped(tmp_path: Path) -> None:
+    paths = []
+    for i, dur in enumerate((50, 90)):
+        doc = json.loads(json.dumps(ZERO_KERNEL))
+        doc["traceEvents"][0]["name"] = "aten::mm\x1b[31m\x07evil"
+        doc["traceEvents"][0]["dur"] = dur
+        doc["traceEvents"][2]["name"] = "gemm\x1b]0;title\x07"
+        doc["traceEvents"][2]["dur"] = 3 + i
+        path = tmp_path / f"t{i}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    code, out, err = run("diff", *paths, "--format", "md")
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b" in out and "\\x07" in out  # shown, not dropped
+
+
+def test_a_file_name_with_a_newline_is_a_one_line_error(tmp_path: Path) -> None:
+    code, _, err = run("ingest", str(tmp_path / "a\nb.json"))
+    one_line_error(code, err, "a\\x0ab.json")
+    bad = tmp_path / "x\ny.json"
+    bad.write_text("not json")
+    one_line_error(*run("sql", str(bad), "SELECT 1")[::2], "x\\x0ay.json")

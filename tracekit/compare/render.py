@@ -31,10 +31,11 @@ def md_cell(value: object) -> str:
     """Untrusted text as inert Markdown on one line (a table cell): no HTML, no links or
     images (their brackets are escaped), no emphasis or code, no pipes, no newlines. `<>&`
     become entities, ``\\ ` * _ [ ] | ~`` are backslash-escaped, whitespace runs (newlines
-    included) become one space."""
+    included) become one space, control characters \\xNN."""
     text = " ".join(str(value).split())
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    # control characters (ESC, BEL: a terminal would act on them) shown as \xNN
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _MD_SPECIAL.sub(r"\\\1", text))
 
 
 def term_text(value: object) -> str:
