@@ -482,3 +482,12 @@ def test_a_file_name_with_a_newline_is_a_one_line_error(tmp_path: Path) -> None:
     bad = tmp_path / "x\ny.json"
     bad.write_text("not json")
     one_line_error(*run("sql", str(bad), "SELECT 1")[::2], "x\\x0ay.json")
+
+
+@pytest.mark.parametrize("base", [2**70, 2**200, 1e300], ids=["2^70", "2^200", "1e300"])
+def test_kineto_base_time_out_of_range_ingests_without_a_clock(tmp_path: Path, base: Any) -> None:
+    trace = tmp_path / "base.json"
+    trace.write_text(json.dumps({**ZERO_KERNEL, "baseTimeNanoseconds": base}))
+    code, out, err = run("sql", str(trace), "SELECT clock_offset_ns IS NULL AS no_clock "
+                         "FROM traces", "--format", "csv")  # fmt: skip
+    assert (code, out.splitlines()[1:]) == (0, ["true"]), err

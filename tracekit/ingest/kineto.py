@@ -25,6 +25,7 @@ from tracekit.ingest.common import (
     TraceInfo,
     add_thread,
     insert_many,
+    int64_or_none,
 )
 from tracekit.ingest.json_scan import (
     EventsArray,
@@ -755,11 +756,7 @@ def _trace_info(top: dict[str, Any], stats: IngestStats) -> TraceInfo:
     rank = dist.get("rank")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 2**31:
         rank = None  # (traces.rank is INTEGER: 2^40 failed the build with the statement)
-    base = top.get("baseTimeNanoseconds")
-    try:
-        clock_offset = int(base) if base is not None else None
-    except (TypeError, ValueError):
-        clock_offset = None
+    clock_offset = int64_or_none(top.get("baseTimeNanoseconds"))  # (2^70, 1e300: none)
     schema = top.get("schemaVersion")
     version = f"kineto schema {schema}" if schema is not None else "chrome trace"
     # Only the facts that say what recorded the trace, never environment variables (at any

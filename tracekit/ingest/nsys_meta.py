@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from tracekit.ingest.common import int64_or_none
 from tracekit.ingest.nsys_source import Probe, key_values
 
 # Export-metadata keys safe to keep (no paths, users or hosts).
@@ -94,16 +95,6 @@ def devices(con: sqlite3.Connection, p: Probe) -> list[dict[str, Any]]:
     return out
 
 
-def _int64(value: Any) -> int | None:
-    """`value` as a signed 64-bit integer, None when it is not one (SQLite keeps whatever a
-    writer stored: text, a REAL, an integer past 64 bits stored as REAL)."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 40:
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value if -(2**63) <= value < 2**63 else None
-
-
 def clock_offset(con: sqlite3.Connection, p: Probe) -> tuple[int | None, dict[str, Any]]:
     """Unix-epoch ns of event time 0, and the session facts it came from.
 
@@ -115,8 +106,8 @@ def clock_offset(con: sqlite3.Connection, p: Probe) -> tuple[int | None, dict[st
     if not rows or rows[0].get("utcEpochNs") is None:
         return None, {}
     r = rows[0]
-    utc, raw = _int64(r["utcEpochNs"]), _int64(r.get("systemClockNs") or 0)
-    if utc is None or raw is None or _int64(utc - raw) is None:
+    utc, raw = int64_or_none(r["utcEpochNs"]), int64_or_none(r.get("systemClockNs") or 0)
+    if utc is None or raw is None or int64_or_none(utc - raw) is None:
         return None, {}  # not a time stamp (text, a REAL, wider than 64 bits): no wall clock
     offset = utc - raw
     return offset, {
