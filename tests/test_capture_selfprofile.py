@@ -48,6 +48,14 @@ def serve():
             float(y.sum())
 
 serve()
+if mode == "unstopped":  # started, never stopped: the runner stops it when the program ends
+    p = profile(activities=[ProfilerActivity.CPU])
+    p.start()
+    for _ in range(6):
+        serve()
+    serve()
+    print("served 8")
+    sys.exit(0)
 with profile(activities=[ProfilerActivity.CPU]{kw}) as p:
     for _ in range(6):
         serve()
@@ -97,14 +105,15 @@ def capture(tmp_path: Path, mode: str, *tracers: str) -> tuple[Path, Path, Any]:
     return run_dir, own, res
 
 
-@pytest.mark.parametrize("mode", ["plain", "schedule", "tensorboard"])
+@pytest.mark.parametrize("mode", ["plain", "schedule", "tensorboard", "unstopped"])
 def test_torch_capture_records_through_the_programs_profiler(tmp_path, mode):
     run_dir, own, res = capture(tmp_path, mode, "--no-nsys")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "served 8" in res.stdout
     assert "stands aside" in res.stderr
     trace = run_dir / "torch.pt.trace.json"
-    expected = 6 if mode == "plain" else 2  # schedule: steps 2 and 3 are active
+    # schedule: steps 2 and 3 are active; unstopped: it records to the end (7 requests)
+    expected = {"plain": 6, "unstopped": 7}.get(mode, 2)
     assert stage_counts(trace) == dict.fromkeys(STAGES, expected)
     if mode == "plain":
         assert stage_counts(own / "own.json") == stage_counts(trace)

@@ -52,7 +52,7 @@ class ProfilerGuard:
         self.first: Any = None  # the program's first session that recorded
         self.written = False  # its trace is at `trace`
         self.extra = 0  # later traces of the program's profiler, not copied
-        self.live: set[int] = set()  # ids of the program's sessions now recording
+        self.live: dict[int, Any] = {}  # the program's sessions now recording, by id
         self._restore: list[tuple[Any, str, Any]] = []
 
     def install(self) -> None:
@@ -105,19 +105,25 @@ class ProfilerGuard:
 
     def finish(self) -> None:
         """Write the program's first trace if it never exported it; say what became of it.
-        Uninstalls the guard first (our own export must not be taken for the program's)."""
+        A session the program left recording (start() without stop()) is stopped here: the
+        program has ended. Uninstalls the guard first (our own export must not be taken for
+        the program's)."""
         self.uninstall()
+        if self.first is None and self.live:
+            session = next(iter(self.live.values()))
+            try:
+                session.__exit__(None, None, None)
+            except Exception as e:
+                _say(f"could not stop the program's torch.profiler: {e}")
+            else:
+                self.first = session if session.kineto_results is not None else None
+                _say("the program's torch.profiler was still recording when it ended: stopped")
         if self.first is not None and not self.written:
             try:
                 export_trace(self.first, self.trace)
                 self.written = True
             except Exception as e:
                 _say(f"could not write the program's torch trace: {e}")
-        if self.live and self.first is None:
-            _say(
-                "the program's own torch.profiler was still recording when it ended "
-                "(never stopped): its events are in no trace"
-            )
         if self.extra:
             _say(
                 f"the program's torch.profiler recorded {self.extra + 1} traces; "
@@ -128,7 +134,7 @@ class ProfilerGuard:
         return self.ours is not None and getattr(self.ours, "profiler", None) is session
 
     def _program_starts(self, session: Any) -> None:
-        self.live.add(id(session))
+        self.live[id(session)] = session
         if self.aside:
             return
         self.aside = True
@@ -148,7 +154,7 @@ class ProfilerGuard:
         )
 
     def _program_stopped(self, session: Any) -> None:
-        self.live.discard(id(session))
+        self.live.pop(id(session), None)
         if getattr(session, "kineto_results", None) is None:
             return
         if self.first is None:
