@@ -14,8 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tracekit"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("tracekit.version", "tracekit.config", "tracekit.errors", "tracekit.atomic",
               "tracekit.progress", "tracekit.redact", "tracekit.annotate")),
-    ("database", ("tracekit.sqlfile", "tracekit.store.literals", "tracekit.categories",
-                  "tracekit.structures", "tracekit.sql")),
+    ("database", ("tracekit.sqlfile", "tracekit.store.literals", "tracekit.store.db_errors",
+                  "tracekit.categories", "tracekit.structures", "tracekit.sql")),
     ("ingest", ("tracekit.ingest",)),
     ("store", ("tracekit.store",)),
     ("engines", ("tracekit.store.traceset", "tracekit.spark", "tracekit.spark_sql",

@@ -161,7 +161,9 @@ class _Sidecar:
             batch, self.pending = self.pending, []
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / f"attributes-{self.pid}.jsonl"
-            with open(path, "a", encoding="utf-8") as fh:
+            # 0644 at most: nsys runs the program with umask 0 (open() would make it 0666)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            with open(fd, "a", encoding="utf-8") as fh:
                 for r in batch:
                     fh.write(json.dumps(r, default=str, separators=(",", ":")) + "\n")
 

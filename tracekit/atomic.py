@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from tracekit.errors import TracekitError
+from tracekit.errors import StoreError, TracekitError
 
 NAME_MAX = 255
 
@@ -186,6 +186,7 @@ __all__ = [
     "atomic_output",
     "check_input_file",
     "check_output",
+    "folder_for",
     "make_temp_dir",
     "output_error",
     "prepare",
@@ -193,3 +194,27 @@ __all__ = [
     "temp_name",
     "write_text_atomic",
 ]
+
+
+@contextlib.contextmanager
+def folder_for(path: Path) -> Iterator[None]:
+    """`mkdir -p path` for the block; when the block fails (or is interrupted), the folders
+    it created and left empty are removed again: a failed ingest leaves no empty `stores/`."""
+    created: list[Path] = []
+    p = path
+    while not p.exists() and not p.is_symlink() and p != p.parent:
+        created.append(p)
+        p = p.parent
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"{path}: cannot create the folder ({e.strerror or e})") from None
+    try:
+        yield
+    except BaseException:
+        for d in created:  # innermost first; stops at the first one that is not empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise

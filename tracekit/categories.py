@@ -35,7 +35,7 @@ def parse_categories(text: str, source: str) -> list[CategoryRule]:
     """The [[category]] tables of a TOML text, in order."""
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, RecursionError) as e:  # (RecursionError: deep nesting)
         raise ConfigError(f"{source}: not valid TOML ({e})") from None
     tables = data.get("category", [])
     if not isinstance(tables, list):

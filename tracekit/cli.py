@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -141,11 +142,34 @@ class TracekitGroup(click.Group):
         except TracekitError as e:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {_one_line(str(e))}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("Error: interrupted", err=True)
             sys.exit(130)
+        except Exception as e:
+            # A DuckDB error no layer turned into a TracekitError: its first line only (the
+            # rest quotes internal SQL). Checked by module, so the CLI need not import duckdb.
+            if type(e).__module__.split(".")[0] not in ("duckdb", "_duckdb") or (
+                ctx.obj and ctx.obj.get("debug")
+            ):
+                raise
+            from tracekit.store.db_errors import first_line
+
+            click.echo(f"Error: {first_line(e)}", err=True)
+            sys.exit(2)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# DuckDB's hints for the user's own SQL keep their own lines (tracekit.store.db_errors).
+_HINT_LINE = re.compile(r"\\x0a(?=Candidate bindings:|Did you mean)")
+
+
+def _one_line(message: str) -> str:
+    """An error on one line: control characters from file names or trace text (a newline, ESC)
+    shown as \\xNN, except the line breaks before DuckDB's hints."""
+    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", message)
+    return _HINT_LINE.sub("\n", shown)
 
 
 @click.group(cls=TracekitGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -22,6 +22,7 @@ import duckdb
 from tracekit.atomic import check_output, make_temp_dir, output_error, temp_name
 from tracekit.errors import StoreError
 from tracekit.store.build import TABLES
+from tracekit.store.db_errors import first_line
 from tracekit.store.stages import StageRule
 
 
@@ -84,5 +85,5 @@ def _copy_table(con: duckdb.DuckDBPyConnection, table: str, folder: Path) -> int
     try:
         con.execute(sql)
     except duckdb.Error as e:
-        raise StoreError(f"could not export {table} to {folder} ({e})") from None
+        raise StoreError(f"could not export {table} to {folder} ({first_line(e)})") from None
     return n

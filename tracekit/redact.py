@@ -19,6 +19,9 @@ from typing import Any
 
 REDACTED = "<redacted>"
 
+# A token starts after anything but a letter or digit: `_` too, so one joined to a word
+# (`kernel_ghp_...`, `x_hf_...`, `key_AKIA...`) is found, as `\b` would not.
+_START = r"(?<![A-Za-z0-9])"
 # (kind, pattern): the whole match is replaced.
 _TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
@@ -28,13 +31,18 @@ _TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:[^-]|-(?!----END))*(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----)?"
         ),
     ),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}")),
-    ("huggingface token", re.compile(r"\bhf_[A-Za-z0-9]{16,}")),
-    ("github token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_\w{16,})")),
-    ("aws key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b")),
-    ("api key", re.compile(r"\bsk-[A-Za-z0-9_-]{8,}")),
-    ("slack token", re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{8,}")),
-    ("google api key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
+    ("jwt", re.compile(_START + r"eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}")),
+    ("huggingface token", re.compile(_START + r"hf_[A-Za-z0-9]{16,}")),
+    ("github token", re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_\w{16,})")),
+    (
+        "aws key",
+        re.compile(
+            _START + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])"
+        ),
+    ),
+    ("api key", re.compile(_START + r"sk-[A-Za-z0-9_-]{8,}")),
+    ("slack token", re.compile(_START + r"xox[abposre]-[A-Za-z0-9-]{8,}")),
+    ("google api key", re.compile(_START + r"AIza[0-9A-Za-z_-]{30,}")),
 )
 # `Authorization: Bearer abc`: keep the scheme, redact the credential.
 _AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{6,})")

@@ -54,6 +54,8 @@ def scrub_trace(
         raise output_error(out, e) from None
     finally:
         for suffix in ("", "-journal", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
+            # (OSError: on a read-only file system unlink says EROFS, which would replace
+            # the error being raised)
+            with contextlib.suppress(OSError):
                 Path(f"{tmp}{suffix}").unlink()
     return ScrubResult(source, out, fmt.name, {k: v for k, v in removed.items() if v})

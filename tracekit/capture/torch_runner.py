@@ -11,14 +11,14 @@ The profiler records CPU activity always, CUDA activity only with `--cuda` (the 
 never asks for it in a process nsys traces: both would use CUPTI). It is bound to
 `tracekit.annotate.bind_profiler`, so each request advances a schedule. The trace is written
 (temp file + rename) when the script ends, fails, exits, or is stopped by SIGTERM or
-`--duration`; the runner exits with the script's exit code.
+`--duration`; the runner exits with the script's exit code. A program that starts its own
+torch.profiler is recorded through it (profiler_guard).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import signal
 import sys
 import traceback
@@ -26,6 +26,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from tracekit.capture.profiler_guard import ProfilerGuard
 from tracekit.capture.stage_hooks import StageHooks, parse_request_target, parse_target
 
 
@@ -89,10 +90,14 @@ def _load_target(target: list[str]) -> tuple[types.CodeType, types.ModuleType, l
     return compile(source, str(script), "exec"), main, [script.stem]
 
 
-def _start_profiler(args: argparse.Namespace) -> Any:
+def _start_profiler(args: argparse.Namespace, guard: ProfilerGuard) -> Any:
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    if not guard.may_start() or torch.autograd.profiler._is_profiler_enabled:
+        # The program's own profiler is recording (or did): starting ours would end its session.
+        guard.aside = True
+        return None
     activities = [ProfilerActivity.CPU]
     if args.cuda and torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
@@ -100,16 +105,11 @@ def _start_profiler(args: argparse.Namespace) -> Any:
     if args.schedule:
         wait, warmup, active = (int(x) for x in args.schedule.split(","))
         kwargs["schedule"] = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
-        kwargs["on_trace_ready"] = lambda p: _export(p, args.trace)
+        kwargs["on_trace_ready"] = guard.export_ours
     prof = profile(activities=activities, record_shapes=True, with_stack=args.with_stack, **kwargs)
+    guard.ours = prof
     prof.start()
     return prof
-
-
-def _export(prof: Any, out: Path) -> None:
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    prof.export_chrome_trace(str(tmp))
-    os.replace(tmp, out)
 
 
 def _exit_code(e: SystemExit) -> int:
@@ -152,15 +152,22 @@ def run(argv: list[str]) -> int:
         auto.install()
     from tracekit import annotate  # lazy: nvtx/torch after the profiler's set-up
 
-    if args.trace is not None and args.warmup > 0:
+    guard: ProfilerGuard | None = None
+    if args.trace is not None:
+        guard = ProfilerGuard(args.trace, lambda: annotate.bind_profiler(None))
+    if guard is not None and args.warmup > 0:
         # The profiler starts when the warm-up ends: warm-up requests are in no trace and
         # a --schedule counts measured requests only.
-        annotate.set_warmup(args.warmup, lambda: annotate.bind_profiler(_start_profiler(args)))
-    elif args.trace is not None:
+        g = guard
+        guard.install()
+        annotate.set_warmup(args.warmup, lambda: annotate.bind_profiler(_start_profiler(args, g)))
+    elif guard is not None:
         try:
-            prof = _start_profiler(args)  # imports torch: seconds, so a stop may land here
+            guard.install()  # imports torch: seconds, so a stop may land here
+            prof = _start_profiler(args, guard)
         except _Stopped as e:
             print(f"tracekit: stopped before the target started ({e})", file=sys.stderr)
+            guard.uninstall()
             hooks.uninstall()
             return e.code
         annotate.bind_profiler(prof)
@@ -186,13 +193,13 @@ def run(argv: list[str]) -> int:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the trace be written
-        _finish(args, hooks)
+        _finish(args, hooks, guard)
         if auto is not None:
             auto.uninstall()
     return rc
 
 
-def _finish(args: argparse.Namespace, hooks: StageHooks) -> None:
+def _finish(args: argparse.Namespace, hooks: StageHooks, guard: ProfilerGuard | None) -> None:
     from tracekit import annotate  # lazy: nvtx/torch after the profiler's set-up
 
     prof = annotate.bound_profiler()
@@ -206,9 +213,9 @@ def _finish(args: argparse.Namespace, hooks: StageHooks) -> None:
         annotate.bind_profiler(None)
         try:
             prof.stop()
-            if not args.schedule:
-                _export(prof, args.trace)
-            elif not args.trace.exists():
+            if not args.schedule and guard is not None:
+                guard.export_ours(prof)
+            elif guard is not None and not guard.aside and not args.trace.exists():
                 wait, warm, _active = (int(x) for x in args.schedule.split(","))
                 print(
                     f"tracekit: the schedule {args.schedule} never reached its active steps: "
@@ -218,6 +225,8 @@ def _finish(args: argparse.Namespace, hooks: StageHooks) -> None:
                 )
         except Exception as e:  # a broken profiler must not hide the script's exit code
             print(f"tracekit: could not write the torch trace: {e}", file=sys.stderr)
+    if guard is not None:
+        guard.finish()
     for t in hooks.missing():
         print(f"tracekit: {t.option} was never applied (not found)", file=sys.stderr)
     hooks.uninstall()

@@ -125,7 +125,7 @@ def parse_budget_file(path: Path) -> list[Budget]:
 def _parse_toml(path: Path, text: str) -> list[Budget]:
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, RecursionError) as e:  # (RecursionError: deep nesting)
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
     table = data.get("budgets")
     if not isinstance(table, dict):

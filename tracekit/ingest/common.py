@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -218,3 +219,16 @@ class TraceInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     stats: IngestStats = field(default_factory=IngestStats)
     warnings: list[str] = field(default_factory=list)
+
+
+def int64_or_none(value: Any) -> int | None:
+    """`value` (an int, an integral float, or decimal digits) as a signed 64-bit integer; None
+    when it is not one. Trace files hold whatever a writer stored (2^200, 1e300, text), and a
+    store column is BIGINT: a value past it failed the build with a traceback."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 40:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if -(2**63) <= value < 2**63 else None

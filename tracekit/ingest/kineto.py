@@ -25,6 +25,7 @@ from tracekit.ingest.common import (
     TraceInfo,
     add_thread,
     insert_many,
+    int64_or_none,
 )
 from tracekit.ingest.json_scan import (
     EventsArray,
@@ -38,6 +39,7 @@ from tracekit.ingest.json_scan import (
     write_part,
 )
 from tracekit.progress import NO_PROGRESS, Progress
+from tracekit.redact import redact_value
 from tracekit.store.literals import string_literal
 
 # Category → kind. Old (2021) Kineto used Operator/Runtime/Kernel/Memcpy/Memset.
@@ -739,21 +741,31 @@ def _without_env(value: Any) -> Any:
     return value
 
 
+# Top-level keys of a Kineto trace kept in traces.metadata (the rest of the top level, such
+# as a program's own `metadata` object, may carry anything: it stays in the trace file).
+KEPT_METADATA = frozenset({
+    "schemaVersion", "distributedInfo", "baseTimeNanoseconds", "displayTimeUnit",
+    "cupti_version", "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version",
+    "roctracer_version", "trace_id", "with_stack", "record_shapes", "profile_memory",
+    "with_modules", "with_flops",
+})  # fmt: skip
+
+
 def _trace_info(top: dict[str, Any], stats: IngestStats) -> TraceInfo:
     devices = top.get("deviceProperties")
     dist_info = top.get("distributedInfo")
     dist: dict[str, Any] = dist_info if isinstance(dist_info, dict) else {}
-    rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
-    base = top.get("baseTimeNanoseconds")
-    try:
-        clock_offset = int(base) if base is not None else None
-    except (TypeError, ValueError):
-        clock_offset = None
+    rank = dist.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 2**31:
+        rank = None  # (traces.rank is INTEGER: 2^40 failed the build with the statement)
+    clock_offset = int64_or_none(top.get("baseTimeNanoseconds"))  # (2^70, 1e300: none)
     schema = top.get("schemaVersion")
     version = f"kineto schema {schema}" if schema is not None else "chrome trace"
-    # Never keep environment variables, at any depth (e.g. /metadata/system/env): they carry
-    # tokens and keys.
-    meta = _without_env({k: v for k, v in top.items() if k not in ("deviceProperties",)})
+    # Only the facts that say what recorded the trace, never environment variables (at any
+    # depth), with secret-shaped values removed as scrub removes them: `export --parquet`
+    # copies this column as it is.
+    kept = {k: v for k, v in top.items() if k in KEPT_METADATA}
+    meta = redact_value(_without_env(kept))
     host = top.get("host_name") or top.get("hostname")
     return TraceInfo(
         format="kineto",

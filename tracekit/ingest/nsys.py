@@ -21,9 +21,11 @@ from typing import Any
 
 import duckdb
 
+from tracekit.atomic import folder_for
 from tracekit.config import cache_dir
 from tracekit.errors import TraceFormatError
 from tracekit.ingest import nsys_meta as meta
+from tracekit.ingest.bounded_strings import MAX_CHARS
 from tracekit.ingest.common import STAGING_TABLE, EventWriter, TraceInfo
 from tracekit.ingest.nsys_map import STR, Mapper
 from tracekit.ingest.nsys_source import (
@@ -102,7 +104,16 @@ def _ingest(
 ) -> TraceInfo:
     alias = f"_tk_nsys_src{trace_id}"
     writer = EventWriter(con, trace_id)
-    if reader == "sqlite3" or wal_mode(path):
+    if p.long_text:
+        # Text past bounded_strings.MAX_CHARS (a 4 MB NVTX domain name took 1.8 GB): the
+        # sqlite3 copy cuts it before the mapping copies it into every event of its domain.
+        cut = sum(len(c) for c in p.long_text.values())
+        info.warnings.append(
+            f"text columns with values past {MAX_CHARS:,} characters ("
+            + ", ".join(f"{t}.{c}" for t, cols in sorted(p.long_text.items()) for c in cols)
+            + f"): cut to that length, read with Python's sqlite3 ({cut} column(s))"
+        )
+    if reader == "sqlite3" or wal_mode(path) or p.long_text:
         # (sqlite_scanner opens a WAL-mode file so as to leave -wal/-shm beside it; sqlite3
         # reads it immutable)
         return _finish(con, path, p, info, _fallback(con, path, p, alias, trace_id, progress))
@@ -324,34 +335,37 @@ def export_nsys_rep(path: Path, timeout_s: float | None = None) -> Path:
     if out.is_file():
         os.utime(out)  # recently used: least-recently-used eviction spares it
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.sqlite")
-    timeout = timeout_s or float(os.environ.get("TRACEKIT_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
-    cmd = [
-        nsys,
-        "export",
-        "--type",
-        "sqlite",
-        "--force-overwrite",
-        "true",
-        "--output",
-        str(tmp),
-        str(path),
-    ]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        tmp.unlink(missing_ok=True)
-        raise TraceFormatError(
-            f"{path}: `nsys export` did not finish within {timeout:.0f} s (set "
-            "TRACEKIT_NSYS_TIMEOUT to wait longer, or export it yourself)"
-        ) from None
-    if proc.returncode != 0 or not tmp.is_file():
-        tmp.unlink(missing_ok=True)
-        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
-        raise TraceFormatError(
-            f"{path}: `nsys export` failed (exit {proc.returncode}): "
-            f"{lines[-1] if lines else 'no output'}"
-        )
-    os.replace(tmp, out)
+    with folder_for(out.parent):  # a failed export leaves no empty nsys-export/
+        tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.sqlite")
+        timeout = timeout_s or float(os.environ.get("TRACEKIT_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
+        cmd = [
+            nsys,
+            "export",
+            "--type",
+            "sqlite",
+            "--force-overwrite",
+            "true",
+            "--output",
+            str(tmp),
+            str(path),
+        ]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            tmp.unlink(missing_ok=True)
+            raise TraceFormatError(
+                f"{path}: `nsys export` did not finish within {timeout:.0f} s (set "
+                "TRACEKIT_NSYS_TIMEOUT to wait longer, or export it yourself)"
+            ) from None
+        except BaseException:  # Ctrl-C: nsys is killed, its partial output goes too
+            tmp.unlink(missing_ok=True)
+            raise
+        if proc.returncode != 0 or not tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+            raise TraceFormatError(
+                f"{path}: `nsys export` failed (exit {proc.returncode}): "
+                f"{lines[-1] if lines else 'no output'}"
+            )
+        os.replace(tmp, out)
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from tracekit.ingest.common import int64_or_none
 from tracekit.ingest.nsys_source import Probe, key_values
 
 # Export-metadata keys safe to keep (no paths, users or hosts).
@@ -105,7 +106,10 @@ def clock_offset(con: sqlite3.Connection, p: Probe) -> tuple[int | None, dict[st
     if not rows or rows[0].get("utcEpochNs") is None:
         return None, {}
     r = rows[0]
-    offset = int(r["utcEpochNs"]) - int(r.get("systemClockNs") or 0)
+    utc, raw = int64_or_none(r["utcEpochNs"]), int64_or_none(r.get("systemClockNs") or 0)
+    if utc is None or raw is None or int64_or_none(utc - raw) is None:
+        return None, {}  # not a time stamp (text, a REAL, wider than 64 bits): no wall clock
+    offset = utc - raw
     return offset, {
         "utcEpochNs": r["utcEpochNs"],
         "utcTime": r.get("utcTime"),

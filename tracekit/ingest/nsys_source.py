@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from tracekit.errors import TraceFormatError
+from tracekit.ingest.bounded_strings import MAX_CHARS, TRUNCATED_MARK
 from tracekit.store.literals import string_literal
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ NSYS_MARKERS = (
     "TARGET_INFO_SESSION_START_TIME",
     "OSRT_API",
 )
+# The text that becomes names, NVTX messages and domain names (the environment table's long
+# values are never read, so they need no cut).
+_NAME_COLUMNS = {"StringIds": ("value",), "NVTX_EVENTS": ("text", "jsonText")}
 _DECL_TYPES = {"INTEGER": "int64", "INT": "int64", "REAL": "float64"}  # else string
 
 
@@ -54,6 +58,7 @@ class Probe:
     decl: dict[str, list[str]] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     max_rowid: dict[str, int] = field(default_factory=dict)
+    long_text: dict[str, list[str]] = field(default_factory=dict)  # columns past MAX_CHARS
 
     def has(self, table: str) -> bool:
         """True when the table exists and has at least one row (missing = empty)."""
@@ -71,6 +76,28 @@ def wal_mode(path: Path) -> bool:
     except OSError:
         return False
     return len(head) == 20 and (head[18] == 2 or head[19] == 2)
+
+
+_WAL_HEADER_BYTES = 32  # a WAL file of its header alone holds no committed page
+
+
+def refuse_pending_wal(path: Path) -> None:
+    """A WAL-mode export is read immutable (nothing written beside it), which ignores its
+    `-wal` file: pages committed there would be missing from every figure. Refuse instead."""
+    if not wal_mode(path):
+        return
+    wal = path.with_name(path.name + "-wal")
+    try:
+        size = wal.stat().st_size
+    except OSError:
+        return  # no WAL beside it: every committed page is in the file
+    if size > _WAL_HEADER_BYTES:
+        raise TraceFormatError(
+            f"{path}: {wal.name} holds {size} bytes of committed changes not yet in the file "
+            "(is a writer still open?); read partly it would give wrong figures: checkpoint it "
+            f"(sqlite3 {path.name} 'PRAGMA wal_checkpoint(TRUNCATE)') or ingest a copy made with "
+            f"sqlite3 {path.name} '.backup copy.sqlite'"
+        )
 
 
 def _uri(path: Path) -> str:
@@ -104,6 +131,7 @@ def sqlite_error(path: Path, e: BaseException) -> TraceFormatError:
 @contextlib.contextmanager
 def connect_ro(path: Path) -> Iterator[sqlite3.Connection]:
     """A read-only sqlite3 connection that decodes bad UTF-8 instead of failing."""
+    refuse_pending_wal(path)
     try:
         con = sqlite3.connect(_uri(path), uri=True, timeout=1.0)
     except sqlite3.Error as e:
@@ -133,16 +161,30 @@ def probe(con: sqlite3.Connection, path: Path) -> Probe:
             f"tables){hint}; export a report with `nsys export --type sqlite`"
         )
     for name in names:
-        info = con.execute(f'PRAGMA table_info("{name}")').fetchall()
+        info = con.execute(f'PRAGMA table_info("{_ident(name)}")').fetchall()
         p.columns[name] = [r[1] for r in info]
         p.decl[name] = [(r[2] or "").upper() for r in info]
         if name.startswith("ENUM_"):
             continue
-        # count(*) walks every page: it also finds truncated files before the bulk read.
-        p.rows[name] = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
+        # count(*) walks every page: it also finds truncated files before the bulk read. The
+        # longest value of each text column, in the same pass: one past MAX_CHARS is cut.
+        texts = [c for c in p.columns[name] if c in _NAME_COLUMNS.get(name, ())]
+        lengths = "".join(f', max(length("{_ident(c)}"))' for c in texts)
+        row = con.execute(f'SELECT count(*){lengths} FROM "{_ident(name)}"').fetchone()
+        p.rows[name] = row[0]
+        long = [c for c, n in zip(texts, row[1:], strict=True) if (n or 0) > MAX_CHARS]
+        if long:
+            p.long_text[name] = long
         if p.rows[name] and "WITHOUT ROWID" not in _create_sql(con, name):
-            p.max_rowid[name] = con.execute(f'SELECT max(rowid) FROM "{name}"').fetchone()[0]
+            p.max_rowid[name] = con.execute(f'SELECT max(rowid) FROM "{_ident(name)}"').fetchone()[
+                0
+            ]
     return p
+
+
+def _ident(name: str) -> str:
+    """A name for inside double quotes (a `"` doubled)."""
+    return name.replace('"', '""')
 
 
 def _create_sql(con: sqlite3.Connection, name: str) -> str:
@@ -155,7 +197,7 @@ def key_values(con: sqlite3.Connection, p: Probe, table: str) -> dict[str, str]:
     if not p.col(table, "name") or not p.col(table, "value"):
         return {}
     out: dict[str, str] = {}
-    for k, v in con.execute(f'SELECT name, value FROM "{table}"'):
+    for k, v in con.execute(f'SELECT name, value FROM "{_ident(table)}"'):
         out.setdefault(str(k), v)
     return out
 
@@ -199,18 +241,27 @@ class FallbackCopy:
             types = [pa.type_for_alias(_DECL_TYPES.get(d.split("(")[0], "string"))
                      for d in p.decl[table]]  # fmt: skip
             schema = pa.schema([("_rid", pa.int64())] + list(zip(cols, types, strict=True)))
-            collist = ", ".join(f'"{c}"' for c in cols)
+            long = p.long_text.get(table, [])
+            collist = ", ".join(
+                f'CASE WHEN length("{_ident(c)}") > {MAX_CHARS} THEN substr("{_ident(c)}", 1, '
+                f'{MAX_CHARS}) || \'{TRUNCATED_MARK}\' ELSE "{_ident(c)}" END AS "{_ident(c)}"'
+                if c in long
+                else f'"{_ident(c)}"'
+                for c in cols
+            )
             rid = "rowid" if table in p.max_rowid else "NULL"
-            cur = src.execute(f'SELECT {rid}, {collist} FROM "{table}"')
+            cur = src.execute(f'SELECT {rid}, {collist} FROM "{_ident(table)}"')
             created = False
             while rows := cur.fetchmany(CHUNK_ROWS):
                 batch = _to_arrow(rows, schema)
                 self.con.register("_tk_copy", batch)
                 if not created:
-                    self.con.execute(f'CREATE TABLE {self.alias}."{table}" AS FROM _tk_copy')
+                    self.con.execute(
+                        f'CREATE TABLE {self.alias}."{_ident(table)}" AS FROM _tk_copy'
+                    )
                     created = True
                 else:
-                    self.con.execute(f'INSERT INTO {self.alias}."{table}" FROM _tk_copy')
+                    self.con.execute(f'INSERT INTO {self.alias}."{_ident(table)}" FROM _tk_copy')
                 self.con.unregister("_tk_copy")
 
     def close(self) -> None:

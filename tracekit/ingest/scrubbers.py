@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TraceFormatError
+from tracekit.ingest.nsys_source import refuse_pending_wal
 from tracekit.redact import REDACTED, is_secret_key, redact_text
 
 _ENV_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -189,6 +190,7 @@ def _strip_behaviour(tmp: Path, removed: Counter[str]) -> None:
 
 def scrub_sqlite(source: Path, tmp: Path, opt: ScrubOptions, removed: dict[str, int]) -> None:
     """The registry's nsys scrub: copy `source` byte for byte to `tmp`, then scrub the copy."""
+    refuse_pending_wal(source)  # the copy would lack the pages committed to its -wal
     shutil.copyfile(source, tmp)
     counts: Counter[str] = Counter()
     _scrub_sqlite(source, tmp, opt, counts)

@@ -17,6 +17,7 @@ from tracekit import roofline
 from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
+from tracekit.report.capture_paths import relative_paths
 from tracekit.report.figures import figures
 from tracekit.report.finding import Finding
 from tracekit.report.findings import evaluate
@@ -202,8 +203,8 @@ def _gpu_sentence(q: Mapping[str, list[dict[str, Any]]]) -> str:
         c = cats[0]
         where = f" on {top['device_name']}" if len(devs) > 1 else ""
         text += (
-            f" Top kernel category{where}: {c['category']} {c['share_of_device']:.0%} of GPU "
-            f"time (top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
+            f" Top kernel category{where}: {c['category']} {c['share_of_device'] or 0:.0%} of "
+            f"GPU time (top kernel {c['top_kernel']}, {c['top_kernel_ms']:.3f} ms)."
         )
     return text
 
@@ -437,7 +438,8 @@ def load_capture(paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
             raise TraceFormatError(f"{f}: expected a JSON object")
         out = []
         # Secrets in command lines (--password=..., --hf-token X) never reach a report.
-        for k, v in sorted(redact_value(scrub_env(data)).items()):
+        # Paths relative to the run folder: a report never shows /home/<user>/...
+        for k, v in sorted(redact_value(scrub_env(relative_paths(data, p))).items()):
             if (
                 isinstance(v, list)
                 and k in ("command", "argv")

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -23,11 +22,13 @@ import duckdb
 
 from tracekit.errors import StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
-from tracekit.ingest.common import IngestStats, TraceInfo
+from tracekit.ingest.bounded_strings import cut_staged, notice
+from tracekit.ingest.common import STAGING_TABLE, IngestStats, TraceInfo
 from tracekit.ingest.formats import TraceFormat
 from tracekit.progress import build_progress
 from tracekit.store import cache
 from tracekit.store.attributes import apply_attributes, sidecars_for
+from tracekit.store.db_errors import first_line
 from tracekit.store.derive import derive, table_ddl
 from tracekit.store.literals import execute, string_literal
 from tracekit.store.stages import StageRule, rules_digest
@@ -212,17 +213,40 @@ def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> b
     if not cache.is_file() or cache.is_symlink():
         return False
     why = None
+    if _wal_of(cache).exists() or _wal_of(cache).is_symlink():
+        # A build ends with CHECKPOINT and closes: a WAL beside the store is not its own, and
+        # opening the store would replay it (another database's WAL fails every open).
+        why = f"{_wal_of(cache).name} beside it is not its own"
+    else:
+        why = _open_problem(cache, key)
+        if why == "":
+            return False  # stale: the source changed (no notice needed)
+    if why is not None and notice:
+        import sys
+
+        print(f"tracekit: the cached store {cache} is not usable: {why}; rebuilding",
+              file=sys.stderr)  # fmt: skip
+    return why is None
+
+
+def _wal_of(store: Path) -> Path:
+    return store.with_name(store.name + ".wal")
+
+
+def _open_problem(cache: Path, key: dict[str, str]) -> str | None:
+    """Why the store cannot be used (None: it can; "": it is stale)."""
+    why = None
     try:
         con = duckdb.connect(str(cache), read_only=True)
     except duckdb.Error as e:
-        why = f"it does not open ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        why = f"it does not open ({first_line(e)})"
     else:
         try:
             why = store_problem(con) or _truncated(con, cache)
             if why is None:
                 rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
                 if not all(rows.get(k) == v for k, v in key.items()):
-                    return False  # stale: the source changed (no notice needed)
+                    return ""
                 counts = con.execute(
                     "SELECT (SELECT count(*) FROM traces), (SELECT sum(event_count) FROM traces),"
                     " (SELECT count(*) FROM events)"
@@ -230,15 +254,10 @@ def _cache_is_fresh(cache: Path, key: dict[str, str], notice: bool = False) -> b
                 if counts is None or counts[0] != 1 or counts[1] != counts[2]:
                     why = "its row counts disagree"
         except duckdb.Error as e:
-            why = f"it cannot be read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            why = f"it cannot be read ({first_line(e)})"
         finally:
             con.close()
-    if why is not None and notice:
-        import sys
-
-        print(f"tracekit: the cached store {cache} is not usable: {why}; rebuilding",
-              file=sys.stderr)  # fmt: skip
-    return why is None
+    return why
 
 
 @contextlib.contextmanager
@@ -341,20 +360,31 @@ def build_trace_store(source: Path, out: Path, rules: list[StageRule]) -> Ingest
 def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
            memory_limit: str) -> IngestResult:  # fmt: skip
     key = _source_key(source, rules)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    tmp.unlink()  # DuckDB wants to create the file itself
-    # Beside the ingest: the imports the build would otherwise wait for on this thread, and
-    # the digest, which reads the whole file (hashlib releases the GIL).
+    with cache.folder_for(out.parent):
+        try:
+            return _build_in(source, out, rules, fmt, memory_limit, key)
+        except (RuntimeError, duckdb.InterruptException) as e:
+            # DuckDB turns Ctrl-C inside a query into RuntimeError('Query interrupted').
+            if isinstance(e, duckdb.InterruptException) or "interrupted" in str(e).lower():
+                raise KeyboardInterrupt from None
+            raise
+
+
+def _build_in(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
+              memory_limit: str, key: dict[str, str]) -> IngestResult:  # fmt: skip
+    fd, tmp = cache.temp_beside(out)
     background = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-    background.submit(_import_ahead)
-    digest = background.submit(_sha256, source)
     try:
+        os.close(fd)
+        tmp.unlink()  # DuckDB wants to create the file itself
+        # Beside the ingest: the imports the build would otherwise wait for on this thread,
+        # and the digest, which reads the whole file (hashlib releases the GIL).
+        background.submit(_import_ahead)
+        digest = background.submit(_sha256, source)
         con = connect(str(tmp))
-    except BaseException:
+    except BaseException:  # (Ctrl-C while DuckDB creates the file, say)
         background.shutdown(wait=False)
+        _discard(tmp)
         raise
     try:
         con.execute("SET preserve_insertion_order = false")
@@ -365,6 +395,7 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
         create_schema(con)
         with build_progress(f"ingest {source.name}") as progress:
             info = fmt.ingest(con, source, 1, tmp, progress)
+            _bound_strings(con, info)
             derive(con, rules, progress)
             sidecars = _sidecar_files(source)
             if sidecars:
@@ -377,14 +408,13 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
                     {"k": keys, "v": [key[k] for k in keys]})  # fmt: skip
             con.execute("CHECKPOINT")
             con.close()
+        with contextlib.suppress(FileNotFoundError):
+            _wal_of(out).unlink()  # a stale WAL would be replayed onto the new store
         os.replace(tmp, out)
     except BaseException:
         con.close()
         digest.cancel()
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        with contextlib.suppress(FileNotFoundError):
-            Path(str(tmp) + ".wal").unlink()
+        _discard(tmp)
         raise
     finally:
         background.shutdown(wait=False)
@@ -397,6 +427,24 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
         skipped=dict(info.stats.skipped),
         warnings=info.warnings,
     )
+
+
+def _bound_strings(con: duckdb.DuckDBPyConnection, info: TraceInfo) -> None:
+    """Cut names past bounded_strings.MAX_CHARS before derive copies them (see there)."""
+    staged = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = $t", {"t": STAGING_TABLE}
+    ).fetchone()
+    n = cut_staged(con, STAGING_TABLE if staged and staged[0] else "events", 1)
+    if n:
+        info.warnings.append(notice(n))
+
+
+def _discard(tmp: Path) -> None:
+    """Remove a build's temp store, its WAL and DuckDB's spill folder beside it."""
+    for p in (tmp, Path(str(tmp) + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    shutil.rmtree(Path(str(tmp) + ".tmp"), ignore_errors=True)
 
 
 def _write_trace_row(
@@ -464,7 +512,7 @@ def ensure_trace_store(
         except TracekitError:
             raise
         except duckdb.Error as e:
-            raise StoreError(f"{source}: could not build the store ({e})") from None
+            raise StoreError(f"{source}: could not build the store ({first_line(e)})") from None
     if out is None:
         cache.prune_to_configured_max(keep=store)
     return result

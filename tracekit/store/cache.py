@@ -16,14 +16,18 @@ import hashlib
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracekit.atomic import folder_for
 from tracekit.config import CACHE_DIR_ENV, cache_dir, parse_size
+from tracekit.errors import StoreError
 
-__all__ = ["CACHE_DIR_ENV", "cache_dir", "parse_size"]  # re-exported: their home is tracekit.config
+__all__ = ["CACHE_DIR_ENV", "cache_dir", "folder_for", "parse_size"]  # re-exported: homes are
+# tracekit.config and tracekit.atomic
 
 MAX_SIZE_ENV = "TRACEKIT_CACHE_MAX_SIZE"
 DEFAULT_MAX_SIZE = 20 * 1024**3
@@ -44,6 +48,16 @@ def store_path_for(source: Path) -> Path:
     name = os.fsencode(resolved.name)[:_NAME_MAX].decode(errors="ignore")
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
     return cache_dir() / _STORES / f"{digest}-{safe}{STORE_SUFFIX}"
+
+
+def temp_beside(out: Path) -> tuple[int, Path]:
+    """A new temp file in `out`'s folder (mkstemp), for a store written then renamed to out;
+    a folder that cannot be written (read-only file system, /proc) is one StoreError."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    except OSError as e:
+        raise StoreError(f"{out}: cannot write a store there ({e.strerror or e})") from None
+    return fd, Path(name)
 
 
 def source_identity(source: Path) -> dict[str, str]:

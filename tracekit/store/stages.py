@@ -50,7 +50,7 @@ def load_config_rules(directory: Path) -> list[StageRule]:
         return []
     try:
         data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
     stages = data.get("stages", {})
     if not isinstance(stages, dict):

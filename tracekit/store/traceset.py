@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
-from tracekit.atomic import check_input_file
+from tracekit.atomic import check_input_file, folder_for
 from tracekit.categories import install
 from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
@@ -30,6 +29,8 @@ from tracekit.store.build import (
     older_store_problem,
     store_problem,
 )
+from tracekit.store.cache import temp_beside
+from tracekit.store.db_errors import first_line, with_hints
 from tracekit.store.lake import export_tables, is_export_dir, older_export_problem
 from tracekit.store.literals import execute
 from tracekit.store.stages import StageRule, load_config_rules
@@ -231,7 +232,7 @@ class TraceSet:
         try:
             return _interruptible(self.con, query, params or {})
         except duckdb.Error as e:
-            msg = _first_line(e)
+            msg = with_hints(e)
             if "read-only" in msg:
                 msg += " (stores open read-only; `tracekit sql --write` opens a store read-write)"
             raise QueryError(msg) from None
@@ -281,8 +282,7 @@ def _interruptible(
 
 
 def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    return first_line(e)
 
 
 def _rules_for(trace: Path, rules: Sequence[StageRule] | None) -> list[StageRule]:
@@ -409,10 +409,9 @@ def write_store(
     store_files = [r.store for r in ingests] + stores
     if len(store_files) == 1 and not stores and out.resolve() == store_files[0].resolve():
         return out, ingests
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    with folder_for(out.parent):
+        fd, tmp = temp_beside(out)
     os.close(fd)
-    tmp = Path(tmp_name)
     tmp.unlink()
     try:
         con = connect(str(tmp))
