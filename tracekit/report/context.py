@@ -56,7 +56,7 @@ def _fmt(v: Any, key: str) -> Cell:
         return Cell(f"{v:.3f}", repr(v))
     if isinstance(v, bool):
         return Cell(str(v).lower(), str(int(v)))
-    if isinstance(v, int) and key == "bytes":
+    if isinstance(v, int) and (key == "bytes" or key.endswith("_bytes")):
         return Cell(_human_bytes(v), str(v))
     if isinstance(v, int) and not (key in IDENTIFIERS or key.endswith("_id")):
         return Cell(f"{v:,}", str(v))  # counts: thousands separators

@@ -117,6 +117,17 @@ def figures(
         "idle_gaps": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["idle_gaps"]
         ],
+        "memory": {
+            "peaks": [
+                {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+                for r in q.get("memory_peaks", [])
+            ],
+            "timeline": [
+                {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+                for r in q.get("memory_timeline", [])
+                if r["events"] or r["allocated_bytes"] is not None
+            ],
+        },
         "findings": [
             {
                 "id": f.id,

@@ -466,9 +466,10 @@ GIVES_WAY_TO = {
 def evaluate(results: Results) -> list[Finding]:
     """Every rule's findings, most severe first (stable within a severity); verdicts about the
     program before observations about this run."""
-    from tracekit.report import input_findings  # (imports Finding from here)
+    from tracekit.report import input_findings, memory  # (import Finding from here)
 
     found = [f for rule in RULES for f in rule(results)] + input_findings.evaluate(results)
+    found += memory.evaluate(results)
     ids = {f.id for f in found}
     found = [f for f in found if not GIVES_WAY_TO.get(f.id, frozenset()) & ids]
     return sorted(found, key=lambda f: (f.scope == "run", SEVERITIES.index(f.severity)))
