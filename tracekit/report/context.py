@@ -18,10 +18,19 @@ from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
 from tracekit.report.capture_paths import relative_paths
-from tracekit.report.figures import figures
+from tracekit.report.figures import figures, rounded
 from tracekit.report.finding import Finding
 from tracekit.report.findings import evaluate
-from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
+from tracekit.report.model import (
+    Answer,
+    Cell,
+    Column,
+    RankView,
+    ReportContext,
+    Table,
+    TraceReport,
+)
+from tracekit.report.ranks import is_rank_set, rank_rows, skew
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
 from tracekit.report.serving import generation, serving_sentence
 from tracekit.sql import load_query
@@ -61,7 +70,7 @@ def _fmt(v: Any, key: str) -> Cell:
         return Cell(f"{v:.3f}", repr(v))
     if isinstance(v, bool):
         return Cell(str(v).lower(), str(int(v)))
-    if isinstance(v, int) and key == "bytes":
+    if isinstance(v, int) and (key == "bytes" or key.endswith("_bytes")):
         return Cell(_human_bytes(v), str(v))
     if isinstance(v, int) and not (key in IDENTIFIERS or key.endswith("_id")):
         return Cell(f"{v:,}", str(v))  # counts: thousands separators
@@ -468,7 +477,46 @@ def build_report_context(
         traces,
         load_capture(list(inputs)),
         _one_run(traces, formats, inputs),
+        _rank_view(ts, traces),
     )
+
+
+RANK_COLS = (
+    ("rank", "Rank"),
+    ("file", "Trace"),
+    ("device_name", "Device"),
+    ("steps", "Steps"),
+    ("step_ms", "Step ms"),
+    ("busy_ms", "Busy ms"),
+    ("compute_ms", "Compute ms"),
+    ("communication_ms", "Comm. ms"),
+    ("exposed_communication_ms", "Exposed comm. ms"),
+    ("idle_ms", "Idle ms"),
+    ("wait_ms", "Waits ms"),
+    ("late", "Late"),
+)
+
+
+def _rank_view(ts: QuerySource, traces: Sequence[TraceReport]) -> RankView | None:
+    """The cross-rank section when the source holds several ranks of one job (else None)."""
+    rows = [r for t in traces for r in ts.query_dicts("rank_compare", trace_id=t.trace_id)]
+    if not is_rank_set(rows):
+        return None
+    skewed = skew(rows)
+    laid = rank_rows(rows, {t.trace_id: str(t.figures["file"]) for t in traces}, skewed)
+    table = make_table(
+        "ranks", "Ranks", "rank_compare", {"trace_id": "each trace"}, laid, RANK_COLS,
+        "Per rank (a GPU device: traces.rank, else the device index): steps = the requests of "
+        "the process driving it, mean duration; busy, compute and communication are unions of "
+        "its activity; idle = its active span minus busy. Waits = communication time over the "
+        "late rank's.",
+    )  # fmt: skip
+    figures = {
+        "late_rank": skewed.late_rank,
+        "sentence": skewed.sentence,
+        "per_rank": [{k: rounded(v) for k, v in r.items() if k != "late"} for r in laid],
+    }
+    return RankView(table, skewed.sentence, skewed.late_rank, figures)
 
 
 AGREE = 0.05  # two tools' end-to-end figures within 5%: they agree

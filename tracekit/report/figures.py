@@ -187,6 +187,17 @@ def figures(
             None,
         ),
         "roofline": roofline_json(q["op_efficiency"][0]),
+        "memory": {
+            "peaks": [
+                {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+                for r in q.get("memory_peaks", [])
+            ],
+            "timeline": [
+                {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+                for r in q.get("memory_timeline", [])
+                if r["events"] or r["allocated_bytes"] is not None
+            ],
+        },
         "findings": [
             {
                 "id": f.id,

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tracekit.report import input_findings
+from tracekit.report import input_findings, memory
 from tracekit.report.finding import SEVERITIES, Finding, Results, pearson
 
 ATTENTION_OPS = ("bmm", "softmax", "baddbmm", "scaled_dot_product_attention")
@@ -506,6 +506,7 @@ def evaluate(results: Results) -> list[Finding]:
     """Every rule's findings, most severe first (stable within a severity); verdicts about the
     program before observations about this run."""
     found = [f for rule in RULES for f in rule(results)] + input_findings.evaluate(results)
+    found += memory.evaluate(results)
     ids = {f.id for f in found}
     found = [f for f in found if not GIVES_WAY_TO.get(f.id, frozenset()) & ids]
     return sorted(found, key=lambda f: (f.scope == "run", SEVERITIES.index(f.severity)))

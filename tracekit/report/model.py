@@ -99,6 +99,16 @@ class TraceReport:
 
 
 @dataclass(frozen=True)
+class RankView:
+    """The cross-rank section: several ranks of one job (report/ranks.py)."""
+
+    table: Table = field(metadata={"help": "one row per rank (queries/rank_compare.sql)"})
+    sentence: str = field(metadata={"help": "the skew verdict: which rank is late, who waits"})
+    late_rank: int | None = field(metadata={"help": "the late rank (None: no rank is late)"})
+    figures: Mapping[str, Any] = field(metadata={"help": "the JSON report's 'ranks' object"})
+
+
+@dataclass(frozen=True)
 class ReportContext:
     """The one object the templates receive."""
 
@@ -112,4 +122,8 @@ class ReportContext:
     one_run: str = field(
         default="",
         metadata={"help": "for a capture seen by two tools: that sentence, agreeing or not"},
+    )
+    ranks: RankView | None = field(
+        default=None,
+        metadata={"help": "several ranks of one job: the cross-rank section shown first"},
     )

@@ -30,6 +30,7 @@ def report_json(ctx: ReportContext) -> dict[str, Any]:
         "inputs": list(ctx.inputs),
         "environment": dict(ctx.environment),
         "traces": [dict(t.figures) for t in ctx.traces],
+        **({"ranks": dict(ctx.ranks.figures)} if ctx.ranks else {}),
     }
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracekit.report import charts, roofline_section
+from tracekit.report import charts, memory, roofline_section
 
 Rows = Sequence[Mapping[str, Any]]
 Columns = tuple[tuple[str, str], ...]
@@ -231,6 +231,22 @@ PY_COLS = (("stage", "Stage"), ("rank", "#"), ("name", "Function"), ("kind", "Ki
            ("coverage", "Coverage"))  # fmt: skip
 
 
+MEMORY_COLS = (
+    ("scope", "Scope"),
+    ("device_name", "Device"),
+    ("stage", "Stage"),
+    ("events", "Events"),
+    ("allocations", "Allocs"),
+    ("frees", "Frees"),
+    ("peak_allocated_bytes", "Peak allocated"),
+    ("peak_reserved_bytes", "Peak reserved"),
+    ("peak_at_ms", "Peak at ms"),
+    ("capacity_bytes", "Capacity"),
+    ("share_of_capacity", "Share of capacity"),
+    ("reserved_over_allocated", "Reserved / allocated"),
+)
+
+
 # ---- the sections' parts
 
 
@@ -324,6 +340,11 @@ def _gpu_charts(laid: Laid) -> Sequence[charts.Chart]:
     ]  # fmt: skip
 
 
+def _memory_charts(laid: Laid) -> Sequence[charts.Chart]:
+    names = {int(r["device"]): str(r["device_name"]) for r in laid.q["memory_peaks"]}
+    return [memory.memory_chart(laid.q["memory_timeline"], names, laid.chart_id("memory-chart"))]
+
+
 SECTIONS: tuple[Section, ...] = (
     Section("overview", "Trace", "trace_overview", "file, format, span_ms, devices",
             OVERVIEW_COLS),
@@ -377,10 +398,15 @@ SECTIONS: tuple[Section, ...] = (
     Section("launch", "Launch overhead", "launch_overhead", "launch_overhead", LAUNCH_COLS,
             note="Queue = GPU start minus the end of the launching call, clamped at 0; queue "
                  "clamped counts the GPU events that started before their call returned."),
+    Section("memory", "Memory (allocator peaks)", "memory_peaks", "memory", MEMORY_COLS,
+            note="From the caching allocator's events (torch.profiler profile_memory=True): "
+                 "peaks are the largest totals an event reports, per device, then per stage "
+                 "(the events attributed to it). Host: Device Id -1.",
+            charts=_memory_charts, shown=lambda laid: bool(laid.q["memory_peaks"])),
 )  # fmt: skip
 
 # queries the answer, the findings and the charts read besides the sections' own
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
                  "host_waits", "request_timeline", "gpu_timeline", "program_kind",
                  "blocking_calls", "stage_host_waits", "graph_replay",
-                 "generation_requests", "sequence_lengths")  # fmt: skip
+                 "generation_requests", "sequence_lengths", "memory_timeline")  # fmt: skip
