@@ -20,9 +20,10 @@ def rounded(v: Any) -> Any:
 
 def _program(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
     """The program kind (program_kind): inference/training/other, single or multi-rank."""
-    k = (q.get("program_kind") or [None])[0]
-    if not k:
+    rows = q.get("program_kind") or []
+    if not rows:
         return None
+    k = rows[0]
     return {key: v for key, v in k.items() if key != "trace_id"}
 
 
