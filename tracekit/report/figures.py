@@ -24,9 +24,9 @@ def rounded(v: Any) -> Any:
 def _program(q: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
     """The program kind (program_kind): inference/training/other, single or multi-rank."""
     rows = q.get("program_kind") or []
-    k = rows[0] if rows else None
-    if not k:
+    if not rows:
         return None
+    k = rows[0]
     return {key: v for key, v in k.items() if key != "trace_id"}
 
 

@@ -175,7 +175,7 @@ STREAM_COLS = (
     ("activities", "Activities"),
     ("busy_ms", "Busy ms"),
     ("share_of_device_busy", "Share of device busy"),
-    ("utilization", "Utilization"),
+    ("utilization", "Capture util"),
     ("top_category", "Top category"),
 )
 GAP_COLS = (
@@ -391,7 +391,8 @@ SECTIONS: tuple[Section, ...] = (
             "gpu.per_device[].by_category", CATEGORY_COLS,
             note="Each kernel, copy and memset in exactly one category (rules: "
                  "tracekit/categories.toml); totals are plain sums of durations."),
-    Section("streams", "GPU streams", "gpu_streams", "gpu.per_device[].streams", STREAM_COLS),
+    Section("streams", "GPU streams", "gpu_streams", "gpu.per_device[].streams", STREAM_COLS,
+            note="Capture util = the stream's busy time / the whole capture (context only)."),
     Section("gaps", "Longest GPU idle gaps", "idle_gaps", "idle_gaps", GAP_COLS,
             params={"limit": 10}),
     Section("memcpy", "Memory copies", "memcpy_summary", "memcpy", MEMCPY_COLS),
