@@ -68,9 +68,15 @@ def test_every_query_runs_on_synthetic(synth: Path) -> None:
         "trace_overview",
         "stage_attributes",
     }
-    # rows only with attributes / call facts / Python events, which the synthetic trace lacks
+    # rows only with attributes / call facts / Python events / generation steps, which the
+    # synthetic trace lacks
     # (tests/test_hf_service.py runs them on a real capture)
-    empty_here = {"stage_attributes", "padding_waste", "python_functions"}
+    empty_here = {
+        "stage_attributes",
+        "padding_waste",
+        "python_functions",
+        "generation_requests",
+    }  # (no prefill/decode steps; test_serving_* have them)
     for name, rows in res.items():
         if name not in empty_here:
             assert rows, name
