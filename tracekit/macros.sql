@@ -105,6 +105,12 @@ SELECT * FROM tk_busy_upto_islands('cum', points);
 CREATE OR REPLACE TEMP MACRO tk_op_name(name) AS
 regexp_replace(name, ',\s*(seq|op_id|sizes)\s*=.*$', '');
 
+-- tk_op_group(name): the name a report groups an op under: tk_op_name, and a trailing '#N'
+-- call number dropped ('ProfilerStep#12' -> 'ProfilerStep'), so one-call variants that
+-- differ only in sequence or id numbers are one row.
+CREATE OR REPLACE TEMP MACRO tk_op_group(name) AS
+regexp_replace(tk_op_name(name), '#[0-9]+$', '');
+
 -- tk_kernel_name(name): a short display name for a kernel, a pure function of its full name,
 -- so the same kernel gets the same short name in every trace (diffs match on it):
 -- 'void flash_fwd_kernel<Flash_fwd_kernel_traits<...>, ...>(Flash_fwd_params)'
