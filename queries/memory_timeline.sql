@@ -7,21 +7,25 @@
 -- Memory over time, for the report's chart: per bin the largest "Total Allocated" and
 -- "Total Reserved" any `[memory]` event in it reports; a bin without events holds the totals
 -- of the last event before it (NULL before the first). So the largest bin equals the peak in
--- memory_peaks.
+-- memory_peaks. Events without totals (torch 1.9): the running sum of Bytes, as there.
 WITH span AS (
     SELECT start_ns AS t0, greatest(duration_ns, 1) / $bins::DOUBLE AS w
     FROM traces WHERE trace_id = $trace_id
 ), m AS (
     SELECT coalesce(TRY_CAST(e.args->>'Device Id' AS INTEGER), -1) AS device,
            least(greatest(floor((e.start_ns - s.t0) / s.w)::BIGINT, 0), $bins - 1) AS k,
-           TRY_CAST(e.args->>'Total Allocated' AS BIGINT) AS allocated,
-           TRY_CAST(e.args->>'Total Reserved' AS BIGINT) AS reserved, e.start_ns, e.event_id
+           coalesce(TRY_CAST(e.args->>'Total Allocated' AS BIGINT),
+                    sum(TRY_CAST(e.args->>'Bytes' AS BIGINT)) OVER (
+                        PARTITION BY coalesce(TRY_CAST(e.args->>'Device Id' AS INTEGER), -1)
+                        ORDER BY e.start_ns, e.event_id ROWS UNBOUNDED PRECEDING)) AS allocated,
+           TRY_CAST(e.args->>'Total Reserved' AS BIGINT) AS reserved,
+           row_number() OVER (PARTITION BY coalesce(TRY_CAST(e.args->>'Device Id' AS INTEGER), -1)
+                              ORDER BY e.start_ns, e.event_id) AS seq
     FROM events e CROSS JOIN span s
     WHERE e.trace_id = $trace_id AND e.kind = 'mark' AND e.name = '[memory]'
 ), per_bin AS (
     SELECT device, k, count(*) AS events, max(allocated) AS peak_alloc, max(reserved) AS peak_res,
-           arg_max(allocated, (start_ns, event_id)) AS last_alloc,
-           arg_max(reserved, (start_ns, event_id)) AS last_res
+           arg_max(allocated, seq) AS last_alloc, arg_max(reserved, seq) AS last_res
     FROM m GROUP BY device, k
 ), grid AS (
     SELECT d.device, k.k, s.t0 + CAST(round(k.k * s.w) AS BIGINT) - s.t0 AS b0,

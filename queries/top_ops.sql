@@ -5,7 +5,8 @@
 -- default: $trace_id 1
 -- default: $limit 15
 -- Host ops are events of kind cpu_op; a trace with no cpu_op (nsys) uses its NVTX ranges that
--- are not tracekit stage/request ranges instead. self_ms = sum of self time (duration minus
+-- are not tracekit stage/request ranges instead. Ops are grouped by name without per-call
+-- numbers (tk_op_group: emit_nvtx's ', seq = N, op_id = N', a trailing '#N'). self_ms = sum of self time (duration minus
 -- direct children). total_ms counts only outermost occurrences of a name on a thread, so
 -- recursion (aten::to inside aten::to) is not counted twice. share_of_stage = self time /
 -- the stage's host time (sum of its range durations); share_of_ops = self time / all ops' self
@@ -13,8 +14,10 @@
 -- inference): those rows name the child stage in `via` (NULL for the stage's own ops).
 WITH has_ops AS (
     SELECT count(*) > 0 AS yes FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
-), ops AS (
-    SELECT e.* FROM events e, has_ops
+), ops AS (  -- names grouped: emit_nvtx's ', seq = N, op_id = N' and '#N' dropped (tk_op_group)
+    SELECT e.event_id, e.kind, tk_op_group(e.name) AS name, e.start_ns, e.end_ns, e.dur_ns,
+           e.self_ns, e.pid, e.tid, e.stage
+    FROM events e, has_ops
     WHERE e.trace_id = $trace_id
       AND ((has_ops.yes AND e.kind = 'cpu_op')
            OR (NOT has_ops.yes AND e.kind = 'range' AND e.name NOT LIKE 'tracekit:%'))

@@ -91,6 +91,38 @@ def test_peaks_equal_a_plain_json_pass(copy_trace) -> None:  # type: ignore[no-u
     assert not {f.id for f in trace.findings} & {"memory_near_capacity", "memory_reserved_unused"}
 
 
+LEGACY = SHARED_TRACES / "kineto_v100_resnet50_train_pt1.9_legacy_cats_tbplugin.json.gz"
+
+
+@pytest.mark.skipif(not LEGACY.exists(), reason=f"{LEGACY} is absent")
+def test_events_without_totals_peak_at_their_running_sum(copy_trace) -> None:  # type: ignore[no-untyped-def]
+    """torch 1.9 records only Bytes: allocated is their running sum from the trace's start
+    (in time order, file order among equal times), reserved unknown."""
+    doc = load(LEGACY)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    mem = sorted(
+        (round(float(e["ts"]) * 1000), i, e["args"])
+        for i, e in enumerate(events)
+        if e.get("name") == "[memory]" and e.get("ph") in ("i", "I")
+    )
+    assert mem and all("Total Allocated" not in a for _, _, a in mem)
+    expected: dict[int, int] = {}
+    running: dict[int, int] = defaultdict(int)
+    for _, _, a in mem:
+        dev = int(a.get("Device Id", -1))
+        running[dev] += int(a["Bytes"])
+        expected[dev] = max(expected.get(dev, running[dev]), running[dev])
+    with tracekit.open(copy_trace(LEGACY)) as ts:
+        peaks = ts.query_dicts("memory_peaks", trace_id=1)
+        timeline = ts.query_dicts("memory_timeline", trace_id=1)
+    got = {r["device"]: r for r in peaks if r["scope"] == "device"}
+    assert {d: r["peak_allocated_bytes"] for d, r in got.items()} == expected
+    assert all(r["peak_reserved_bytes"] is None for r in got.values())
+    for dev, peak in expected.items():
+        assert max(b["allocated_bytes"] for b in timeline
+                   if b["device"] == dev and b["allocated_bytes"] is not None) == peak  # fmt: skip
+
+
 def _memory_trace(path: Path, capacity: int, steps: list[tuple[int, int, int]]) -> Path:
     """A Kineto trace of one ProfilerStep with `[memory]` instants (bytes, total allocated,
     total reserved) on device 0, whose deviceProperties give `capacity`."""

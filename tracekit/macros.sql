@@ -123,6 +123,15 @@ SELECT * FROM tk_busy_upto_islands('cum', points);
 CREATE OR REPLACE TEMP MACRO tk_op_name(name) AS
 regexp_replace(name, ',\s*(seq|op_id|sizes)\s*=.*$', '');
 
+-- name: tk_op_group
+-- returns: VARCHAR
+-- The name reports group an op under: `tk_op_name` and a trailing `#N` dropped (`ProfilerStep#12` -> `ProfilerStep`).
+-- tk_op_group(name): the name a report groups an op under: tk_op_name, and a trailing '#N'
+-- call number dropped ('ProfilerStep#12' -> 'ProfilerStep'), so one-call variants that
+-- differ only in sequence or id numbers are one row.
+CREATE OR REPLACE TEMP MACRO tk_op_group(name) AS
+regexp_replace(tk_op_name(name), '#[0-9]+$', '');
+
 -- name: tk__kn_clean
 -- returns: VARCHAR
 -- tk_kernel_name's helper: the name without anonymous namespaces and a leading return type.

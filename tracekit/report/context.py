@@ -42,6 +42,8 @@ SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
 
 
+SHOWN_ROWS = 15  # a long table shows its top rows; the rest render on "show all"
+FOLD_OVER = 20  # ... when it has more rows than this (hiding 1-5 rows saves nothing)
 IDENTIFIERS = {"rank", "device", "stream", "pid", "tid", "bin", "lane"}  # ints that are names
 
 
@@ -109,6 +111,7 @@ def make_table(
         note,
         tuple(drawn),
         pinned,
+        SHOWN_ROWS if len(cells) - pinned > FOLD_OVER else 0,
     )
 
 
@@ -363,7 +366,12 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     split = _drawn(
         charts.split_bar([(n, ms) for n, ms, _ in answer.split], colors, laid.chart_id("split"))
     )
-    tables = tuple(_table(sec, laid, top_n) for sec in SECTIONS if sec.shown(laid))
+    # a section with nothing to show is left out (the GPU section keeps its no-GPU note)
+    tables = tuple(
+        t
+        for t in (_table(sec, laid, top_n) for sec in SECTIONS if sec.shown(laid))
+        if t.rows or t.charts or t.query == "gpu_utilization"
+    )
     ov = q["trace_overview"][0]
     return TraceReport(
         trace_id,

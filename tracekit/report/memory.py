@@ -21,6 +21,7 @@ RESERVED_RATIO = 1.5  # reserved this many times the peak allocated: cached, unu
 RESERVED_MIN_BYTES = 1 << 30  # ... and at least 1 GiB of it (small pools say nothing)
 ALLOCATED_COLOR = "#0072b2"
 RESERVED_COLOR = "#cfe3f1"
+STAGE_ROWS = 4  # stages listed per device in the table
 UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
 
 
@@ -32,6 +33,19 @@ def _unit(peak: float) -> tuple[str, int]:
 def human(n: float) -> str:
     unit, scale = _unit(abs(n))
     return f"{n / scale:.1f} {unit}" if scale > 1 else f"{n:.0f} B"
+
+
+def shown_rows(rows: Rows) -> list[Mapping[str, Any]]:
+    """The table's rows: each device, then its STAGE_ROWS stages with the highest peaks."""
+    kept: dict[int, int] = {}
+    out = []
+    for r in rows:  # memory_peaks: devices first, then stages by peak, highest first
+        if r["scope"] == "stage":
+            kept[r["device"]] = kept.get(r["device"], 0) + 1
+            if kept[r["device"]] > STAGE_ROWS:
+                continue
+        out.append(r)
+    return out
 
 
 def device_rows(rows: Rows) -> list[Mapping[str, Any]]:

@@ -40,6 +40,10 @@ class Table:
     pinned: int = field(
         default=0, metadata={"help": "last rows kept below the others when sorting (totals)"}
     )
+    shown: int = field(
+        default=0,
+        metadata={"help": "rows drawn at first; the rest wait behind 'show all' (0: all)"},
+    )
 
 
 @dataclass(frozen=True)

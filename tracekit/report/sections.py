@@ -26,7 +26,7 @@ NO_GPU_NOTE = (
 )
 HTML_REQUEST_ROWS = 50  # slowest requests listed in the HTML/md table (JSON has all)
 REQUEST_STAGE_COLUMNS = 8  # stages given a column in the requests table (pipeline order)
-BUSY_BARS = 12  # stages drawn in the GPU busy/idle chart (longest windows first)
+BUSY_BARS = 6  # stages drawn in the GPU busy/idle chart (longest windows first)
 
 
 @dataclass(frozen=True)
@@ -260,12 +260,19 @@ def _stage_columns(laid: Laid) -> Columns:
     return STAGE_COLS + (NEST_COLS if laid.nested else ())
 
 
+HIST_MIN_VALUES = 20  # a distribution of fewer requests is better read from the table
+HIST_MAX = 6  # histograms drawn: the stages with the most time (the table has every stage)
+
+
 def _histograms(laid: Laid) -> Sequence[charts.Chart]:
+    samples = {s: [v[s] for v in laid.values if s in v] for s in laid.order}
+    enough = [s for s in laid.order if len(samples[s]) >= HIST_MIN_VALUES]
+    kept = set(sorted(enough, key=lambda s: -sum(samples[s]))[:HIST_MAX])
     return [
-        charts.histogram([v[s] for v in laid.values if s in v], s, laid.colors[s],
-                         laid.chart_id(f"hist-{i}"))
+        charts.histogram(samples[s], s, laid.colors[s], laid.chart_id(f"hist-{i}"))
         for i, s in enumerate(laid.order)
-    ]  # fmt: skip
+        if s in kept
+    ]
 
 
 def _slowest(laid: Laid) -> list[dict[str, Any]]:
@@ -401,8 +408,11 @@ SECTIONS: tuple[Section, ...] = (
                  "clamped counts the GPU events that started before their call returned."),
     Section("memory", "Memory (allocator peaks)", "memory_peaks", "memory", MEMORY_COLS,
             note="From the caching allocator's events (torch.profiler profile_memory=True): "
-                 "peaks are the largest totals an event reports, per device, then per stage "
-                 "(the events attributed to it). Host: Device Id -1.",
+                 "peaks are the largest totals an event reports, per device, then the "
+                 f"{memory.STAGE_ROWS} stages with the highest peaks per device (the JSON "
+                 "report has all). Host: Device Id -1. Without totals in the events (torch "
+                 "1.9): the running sum of their bytes from the trace's start.",
+            rows=lambda laid: memory.shown_rows(laid.q["memory_peaks"]),
             charts=_memory_charts, shown=lambda laid: bool(laid.q["memory_peaks"])),
 )  # fmt: skip
 
