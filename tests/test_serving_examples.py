@@ -109,11 +109,14 @@ def test_generate_steps_ttft_and_tpot_match_the_services_clock(generate_run) -> 
     for r, o in zip(rows, own, strict=True):
         assert r["prefill_steps"] == 1 and r["decode_steps"] == o["output_tokens"] - 1
     for key in ("ttft", "tpot"):
-        mine = quantile([float(r[f"{key}_ms"]) for r in rows], 0.5)
         theirs = quantile([o[key] for o in own], 0.5)
-        pairs = zip(rows, own, strict=True)
-        detail = [(round(float(r[f"{key}_ms"]), 3), round(o[key], 3)) for r, o in pairs]
-        assert abs(mine - theirs) <= max(0.03 * theirs, 0.3), (how, key, mine, theirs, detail)
+        pairs = [(float(r[f"{key}_ms"]), float(o[key])) for r, o in zip(rows, own, strict=True)]
+        # Request by request, the median difference: a request the loaded machine stalled
+        # between the service's clock and the next step (8.5 ms, seen beside 14 other jobs)
+        # moves one pair, not the answer; a wrong definition would move them all.
+        bias = quantile([m - t for m, t in pairs], 0.5)
+        detail = [(round(m, 3), round(t, 3)) for m, t in pairs]
+        assert abs(bias) <= max(0.03 * theirs, 0.3), (how, key, bias, theirs, detail)
 
 
 HANDLER = """
