@@ -13,12 +13,13 @@ import json
 import shutil
 import sqlite3
 import stat
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests import procs
 
 REPO = Path(__file__).resolve().parent.parent
 STAGES = ("inference", "postprocess", "preprocess")
@@ -101,7 +102,7 @@ def capture(tmp_path: Path, mode: str, *tracers: str) -> tuple[Path, Path, Any]:
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "tracekit", "capture", "-o", str(run_dir), *tracers, "--",
            sys.executable, str(script), mode, str(own)]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     return run_dir, own, res
 
 

@@ -20,6 +20,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from tests import procs
 from tests.conftest import shared_traces
 from tracekit.cli import main
 
@@ -41,9 +42,9 @@ def one_line_error(code: int, err: str, *names: str) -> None:
         assert name in err, err
 
 
-def tracekit_cli(*args: str, timeout: float = 300, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True,
-                          text=True, timeout=timeout, **kw)  # fmt: skip
+def tracekit_cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return procs.run([sys.executable, "-m", "tracekit", *args], capture_output=True,
+                      text=True, **kw)  # fmt: skip
 
 
 # --- an nsys export in WAL mode with committed pages still in its -wal -----------------------
@@ -153,7 +154,7 @@ def test_ctrl_c_during_ingest_exits_130_and_leaves_no_cache(tmp_path: Path, afte
         p.communicate()
         pytest.skip("the ingest finished before it could be interrupted")
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
+    _, err = procs.communicate(p)
     assert (p.returncode, err) == (130, "Error: interrupted\n")
     assert not cache.exists(), sorted(str(x) for x in cache.rglob("*"))
 
@@ -374,7 +375,7 @@ def _ingest_in_child(trace: Path, cache: Path) -> tuple[subprocess.CompletedProc
 
 
 def tracekit_cli_raw(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=600, **kw)
+    return procs.run(argv, capture_output=True, text=True, **kw)
 
 
 @pytest.mark.skipif(not CPU_NSYS, reason="no shared nsys export with NVTX domains")

@@ -8,11 +8,12 @@ does by construction (examples/infer.py: d=64, 4 heads, 2 layers, explicit bmm/s
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import procs
 
 REPO = Path(__file__).resolve().parent.parent
 INFER = REPO / "examples" / "infer.py"
@@ -27,14 +28,14 @@ def _capture(tmp: Path, padding: str) -> tuple[dict, dict, str]:
     cmd = [sys.executable, "-m", "tracekit", "capture", "-o", str(run), "--no-nsys", "--",
            sys.executable, str(INFER), "--requests", "8", "--padding", padding,
            "--self-times", str(clock)]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-2000:]
     out = {}
     for fmt in ("json", "md"):
         dest = tmp / f"{padding}.{fmt}"
-        rep = subprocess.run([sys.executable, "-m", "tracekit", "report", str(run), "--format",
-                              fmt, "-o", str(dest)], capture_output=True, text=True, cwd=REPO,
-                             timeout=600)  # fmt: skip
+        argv = [sys.executable, "-m", "tracekit", "report", str(run), "--format", fmt, "-o",
+                str(dest)]  # fmt: skip
+        rep = procs.run(argv, capture_output=True, text=True, cwd=REPO)
         assert rep.returncode == 0, rep.stderr[-2000:]
         out[fmt] = dest.read_text()
     return json.loads(out["json"]), json.loads(clock.read_text().splitlines()[0]), out["md"]

@@ -12,13 +12,13 @@ service's time to first token / per output token, against the programs' own cloc
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import tracekit
+from tests import procs
 
 pytest.importorskip("transformers", reason="examples extra not installed (transformers)")
 
@@ -36,7 +36,7 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def _run(cmd: list[str]) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=REPO)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
 
 
