@@ -25,6 +25,7 @@ SHARED = (
     "kineto_h100_vit_nsfw_imgcls_profile_memory_tracelens.json.gz",
     "kineto_mi300x_flux.1_xdit_diffusers_pipeline_with_stack_tracelens.json.gz",
     "kineto_trace_diff_control_hta.json.gz",
+    "kineto_a100_ddp_nccl_gpu_user_annotation_hta.json.gz",  # 10 columns, long stage names
     "nsys_2022_gtx1060_concurrent_nvtx.sqlite",
     "nsys_2026_h100x2_torch_emit_nvtx_window.sqlite",
     "kineto_ampere_torchrec_2of128ranks_sampled_hta",
