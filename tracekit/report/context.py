@@ -366,11 +366,11 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     split = _drawn(
         charts.split_bar([(n, ms) for n, ms, _ in answer.split], colors, laid.chart_id("split"))
     )
-    # a section with nothing to show is left out (the GPU section keeps its no-GPU note)
+    # a section with nothing to show is left out, but for one whose note says why (no GPU
+    # activity, no input shapes: what would enable it)
+    laid_out = ((sec, _table(sec, laid, top_n)) for sec in SECTIONS if sec.shown(laid))
     tables = tuple(
-        t
-        for t in (_table(sec, laid, top_n) for sec in SECTIONS if sec.shown(laid))
-        if t.rows or t.charts or t.query == "gpu_utilization"
+        t for sec, t in laid_out if t.rows or t.charts or (sec.explains_empty and t.note)
     )
     ov = q["trace_overview"][0]
     return TraceReport(

@@ -79,6 +79,10 @@ class Section:
     shown: Callable[[Laid], bool] = field(
         default=lambda _: True, metadata={"help": "whether the trace gets this section"}
     )
+    explains_empty: bool = field(
+        default=False,
+        metadata={"help": "kept with no rows when its note says why (no GPU, no shapes)"},
+    )
 
     def query_params(self, trace_id: int, top_n: int) -> dict[str, Any]:
         """The parameters its query runs with (and the table shows)."""
@@ -381,12 +385,13 @@ SECTIONS: tuple[Section, ...] = (
             KERNEL_COLS, limit=True),
     Section("roofline", "Operator efficiency (roofline)", "op_kernels", "roofline.ops",
             roofline_section.op_columns, rows=roofline_section.op_rows,
-            note=roofline_section.op_note, charts=roofline_section.roofline_chart),
+            note=roofline_section.op_note, charts=roofline_section.roofline_chart,
+            explains_empty=True),
     Section("model_flops", "Model FLOPs per request", "op_kernels", "roofline.model",
             MODEL_COLS, rows=roofline_section.model_rows, note=roofline_section.model_note,
             shown=lambda laid: bool(roofline_section.model_rows(laid))),
     Section("gpu", "GPU busy / idle", "gpu_utilization", "gpu.busy_ms, gpu.by_stage", GPU_COLS,
-            rows=_gpu_rows, note=_gpu_note, charts=_gpu_charts),
+            rows=_gpu_rows, note=_gpu_note, charts=_gpu_charts, explains_empty=True),
     Section("devices", "GPU devices", "gpu_devices", "gpu.per_device", DEVICE_COLS,
             note="Busy = union of the device's kernel, memcpy and memset intervals. Active ms = "
                  "the device's active span (first to last GPU activity); active util = busy / "
