@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from tracekit.annotate import request, stage  # noqa: E402
+from tracekit.annotate import batch, request, stage  # noqa: E402
 from tracekit.errors import (  # noqa: E402
     CaptureFailed,
     CheckFailed,
@@ -55,6 +55,7 @@ __all__ = [
     "TraceSet",
     "TracekitError",
     "__version__",
+    "batch",
     "open",
     "open_traces",
     "parse_rule",

@@ -99,6 +99,12 @@ def _start_profiler(args: argparse.Namespace) -> Any:
         wait, warmup, active = (int(x) for x in args.schedule.split(","))
         kwargs["schedule"] = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
         kwargs["on_trace_ready"] = lambda p: _export(p, args.trace)
+    try:  # every thread's ops and ranges, not only this one's: servers answer on many threads
+        kwargs["experimental_config"] = torch._C._profiler._ExperimentalConfig(
+            profile_all_threads=True
+        )
+    except (AttributeError, TypeError):  # an older torch: the profiling thread only
+        pass
     prof = profile(activities=activities, record_shapes=True, with_stack=args.with_stack, **kwargs)
     prof.start()
     return prof
