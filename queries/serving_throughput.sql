@@ -1,0 +1,34 @@
+-- name: serving_throughput
+-- returns: one row: trace_id, requests (served: a batch names them), batches (that serve one of them), window_ms (first arrival -> last response of those requests), requests_per_s, mean_batch, p50_batch, max_batch, batch_ms_mean (mean batch length), worker_busy (share of the window some batch runs, per worker thread, the busiest one)
+-- param: $trace_id INTEGER trace to summarize
+-- default: $trace_id 1
+-- Throughput of a batched server (tracekit.request(id=...), tracekit.batch(ids)): requests/s =
+-- served requests / window, the window being their first arrival to their last response.
+-- Batch sizes count the ids each batch names. No row values when nothing was served.
+WITH served AS (
+    SELECT DISTINCT rb.request_id, rb.batch_id
+    FROM request_batches rb
+    WHERE rb.trace_id = $trace_id AND rb.request_id IS NOT NULL
+), rq AS (
+    SELECT r.* FROM requests r
+    WHERE r.trace_id = $trace_id AND r.request_id IN (SELECT request_id FROM served)
+), bt AS (
+    SELECT b.* FROM batches b
+    WHERE b.trace_id = $trace_id AND b.batch_id IN (SELECT batch_id FROM served)
+), win AS (
+    SELECT min(start_ns) AS w0, max(end_ns) AS w1, count(*) AS n FROM rq
+), busy_iv AS (
+    SELECT {'pid': coalesce(pid, -1), 'tid': tid} AS key, start_ns, end_ns FROM bt
+), busy AS (
+    SELECT max(union_ns) AS ns FROM tk_union_ns('busy_iv')
+)
+SELECT $trace_id AS trace_id, w.n AS requests, (SELECT count(*) FROM bt) AS batches,
+       (w.w1 - w.w0) / 1e6 AS window_ms,
+       w.n / nullif((w.w1 - w.w0) / 1e9, 0) AS requests_per_s,
+       (SELECT avg(size) FROM bt) AS mean_batch,
+       (SELECT quantile_cont(size, 0.5) FROM bt) AS p50_batch,
+       (SELECT max(size) FROM bt) AS max_batch,
+       (SELECT avg(dur_ns) / 1e6 FROM bt) AS batch_ms_mean,
+       (SELECT ns FROM busy) / nullif(w.w1 - w.w0, 0) AS worker_busy
+FROM win w
+ORDER BY trace_id;
