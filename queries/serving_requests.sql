@@ -1,7 +1,9 @@
 -- name: serving_requests
 -- returns: one row per served request (one that a batch names), in arrival order: trace_id, request_id, request_key, arrival_ms (from the trace start), batches, batch_id (its first batch), batch_size (of that batch), queue_ms, in_batch_ms, between_batches_ms, hand_back_ms, end_to_end_ms, batch_other_ms, stages_json (JSON object stage -> ms of its batches' stages, in pipeline order)
 -- param: $trace_id INTEGER trace to break down
+-- param: $warmup INTEGER served requests left out as warm-up: the first N by arrival, and with them every batch that served only them
 -- default: $trace_id 1
+-- default: $warmup 0
 -- A served request's waterfall (tracekit.request(id=...) and tracekit.batch(ids), tables
 -- batches and request_batches): queue = arrival (its request range's start) -> its first batch
 -- starts; then its batches (each a range on the worker's thread whose stages belong to each of
@@ -12,11 +14,19 @@
 -- end_to_end (negative parts are clipped to 0: a batch that starts before the request arrives
 -- or ends after it answered). A stage belongs to a batch when it starts inside it on the
 -- batch's thread; a stage nested in another of the same batch counts inside its parent only.
-WITH served AS (
+WITH warm AS (  -- the first $warmup served requests by arrival (warm-up: left out)
+    SELECT request_id FROM (
+        SELECT r.request_id, row_number() OVER (ORDER BY r.start_ns, r.request_id) AS k
+        FROM requests r
+        WHERE r.trace_id = $trace_id
+          AND r.request_id IN (SELECT request_id FROM request_batches WHERE trace_id = $trace_id)
+    ) WHERE k <= $warmup
+), served AS (
     SELECT DISTINCT rb.request_id, rb.request_key, b.batch_id, b.size, b.start_ns, b.end_ns,
            coalesce(b.pid, -1) AS pid, b.tid
     FROM request_batches rb JOIN batches b USING (trace_id, batch_id)
     WHERE rb.trace_id = $trace_id AND rb.request_id IS NOT NULL
+      AND rb.request_id NOT IN (SELECT request_id FROM warm)
 ), in_batch AS (  -- each batch's stages (a batch once, not once per member)
     SELECT b.batch_id, b.start_ns AS b0, b.end_ns AS b1, s.event_id, s.stage, s.parent_stage,
            s.start_ns, least(s.end_ns, b.end_ns) - s.start_ns AS ns

@@ -1,14 +1,24 @@
 -- name: serving_throughput
 -- returns: one row: trace_id, requests (served: a batch names them), batches (that serve one of them), window_ms (first arrival -> last response of those requests), requests_per_s, mean_batch, p50_batch, max_batch, batch_ms_mean (mean batch length), worker_busy (share of the window some batch runs, per worker thread, the busiest one)
 -- param: $trace_id INTEGER trace to summarize
+-- param: $warmup INTEGER served requests left out as warm-up: the first N by arrival, and with them every batch that served only them
 -- default: $trace_id 1
+-- default: $warmup 0
 -- Throughput of a batched server (tracekit.request(id=...), tracekit.batch(ids)): requests/s =
 -- served requests / window, the window being their first arrival to their last response.
 -- Batch sizes count the ids each batch names. No row values when nothing was served.
-WITH served AS (
+WITH warm AS (  -- the first $warmup served requests by arrival (warm-up: left out)
+    SELECT request_id FROM (
+        SELECT r.request_id, row_number() OVER (ORDER BY r.start_ns, r.request_id) AS k
+        FROM requests r
+        WHERE r.trace_id = $trace_id
+          AND r.request_id IN (SELECT request_id FROM request_batches WHERE trace_id = $trace_id)
+    ) WHERE k <= $warmup
+), served AS (
     SELECT DISTINCT rb.request_id, rb.batch_id
     FROM request_batches rb
     WHERE rb.trace_id = $trace_id AND rb.request_id IS NOT NULL
+      AND rb.request_id NOT IN (SELECT request_id FROM warm)
 ), rq AS (
     SELECT r.* FROM requests r
     WHERE r.trace_id = $trace_id AND r.request_id IN (SELECT request_id FROM served)

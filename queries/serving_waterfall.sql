@@ -1,16 +1,26 @@
 -- name: serving_waterfall
 -- returns: one row per part of a served request's time, in waterfall order (queue, the batches' stages in pipeline order, batch time outside stages, between batches, hand-back), then 'end_to_end': trace_id, part, position, requests, mean_ms, p50_ms, p90_ms, p99_ms, max_ms, share (of the summed end-to-end time)
 -- param: $trace_id INTEGER trace to summarize
+-- param: $warmup INTEGER served requests left out as warm-up: the first N by arrival, and with them every batch that served only them
 -- default: $trace_id 1
+-- default: $warmup 0
 -- The parts of queries/serving_requests.sql (the same definitions, repeated here: queries are
 -- single files) across served requests: every request has every part (0 when it had none),
 -- so the shares add up to 1. Percentiles are quantile_cont (linear interpolation) of the
 -- per-request values.
-WITH served AS (
+WITH warm AS (  -- the first $warmup served requests by arrival (warm-up: left out)
+    SELECT request_id FROM (
+        SELECT r.request_id, row_number() OVER (ORDER BY r.start_ns, r.request_id) AS k
+        FROM requests r
+        WHERE r.trace_id = $trace_id
+          AND r.request_id IN (SELECT request_id FROM request_batches WHERE trace_id = $trace_id)
+    ) WHERE k <= $warmup
+), served AS (
     SELECT DISTINCT rb.request_id, rb.request_key, b.batch_id, b.size, b.start_ns, b.end_ns,
            coalesce(b.pid, -1) AS pid, b.tid
     FROM request_batches rb JOIN batches b USING (trace_id, batch_id)
     WHERE rb.trace_id = $trace_id AND rb.request_id IS NOT NULL
+      AND rb.request_id NOT IN (SELECT request_id FROM warm)
 ), in_batch AS (  -- each batch's stages (a batch once, not once per member)
     SELECT b.batch_id, b.start_ns AS b0, b.end_ns AS b1, s.event_id, s.stage, s.parent_stage,
            s.start_ns, least(s.end_ns, b.end_ns) - s.start_ns AS ns

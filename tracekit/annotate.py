@@ -89,7 +89,12 @@ class _State:
         self.on_warmup_done: Callable[[], None] | None = None
 
     def setup(self) -> None:
-        self.ready = True
+        with _SETUP_LOCK:  # threads may open their first ranges at once
+            if not self.ready:
+                self._setup()
+                self.ready = True  # last: another thread may read the handles once it is set
+
+    def _setup(self) -> None:
         forced = os.environ.get("TRACEKIT_NVTX")
         injected = bool(os.environ.get("NVTX_INJECTION64_PATH"))
         want_nvtx = forced == "1" or (forced != "0" and injected)
@@ -103,7 +108,6 @@ class _State:
         torch = sys.modules.get("torch")
         if torch is None or not hasattr(torch, "autograd"):
             return None  # not imported, or still importing
-        self.torch = torch
         native = torch.autograd._profiler_enabled
         module = torch.autograd.profiler
         if hasattr(module, "_is_profiler_enabled"):
@@ -113,9 +117,11 @@ class _State:
         else:
             self.profiler_enabled = native
         self.record_function = torch.autograd.profiler.record_function
+        self.torch = torch  # last: other threads test it, then use the two above
         return torch
 
 
+_SETUP_LOCK = threading.Lock()
 _S = _State()
 
 
@@ -166,11 +172,12 @@ class _Sidecar:
         self.lock = threading.Lock()
 
     def write(self, record: dict[str, Any]) -> None:
-        if record["pid"] != self.pid:  # forked child: drop the parent's buffer
-            with self.lock:
+        with self.lock:  # (threads write at once: an append racing flush's swap was lost)
+            if record["pid"] != self.pid:  # forked child: drop the parent's buffer
                 self.pid, self.pending = record["pid"], []
-        self.pending.append(record)
-        if len(self.pending) >= self.BATCH:
+            self.pending.append(record)
+            full = len(self.pending) >= self.BATCH
+        if full:
             self.flush()
 
     def flush(self) -> None:
