@@ -145,3 +145,34 @@ def test_request_and_batch_ids_travel_in_the_range_names():
         annotate.batch([])
     with pytest.raises(ValueError, match="stage name"):
         annotate.stage("batch[1]")
+
+
+@pytest.mark.slow
+def test_report_opens_with_the_serving_sentence(captured, tmp_path):
+    """The report's first sentence and JSON `serving` object, against a plain pass over the
+    Chrome trace's tracekit:request[...] and tracekit:batch[...] ranges."""
+    traces, _ = captured
+    trace = traces[0]
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    reqs = [e for e in events if e["name"].startswith("tracekit:request[")]
+    batches = [e for e in events if e["name"].startswith("tracekit:batch[")]
+    window_us = max(e["ts"] + e["dur"] for e in reqs) - min(e["ts"] for e in reqs)
+    rps = len(reqs) / (window_us / 1e6)
+    mean_batch = sum(len(e["name"][15:-1].split(",")) for e in batches) / len(batches)
+
+    out = tmp_path / "report.json"
+    res = subprocess.run([sys.executable, "-m", "tracekit", "report", str(trace), "--format",
+                          "json", "-o", str(out)], capture_output=True, text=True, cwd=REPO,
+                         timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    serving = json.loads(out.read_text())["traces"][0]["serving"]
+    assert serving["throughput"]["requests"] == len(reqs) == 40 + CLIENTS
+    assert serving["throughput"]["requests_per_s"] == pytest.approx(rps, rel=1e-3)
+    assert serving["throughput"]["mean_batch"] == pytest.approx(mean_batch)
+    sentence = serving["sentence"]
+    assert sentence.startswith(f"Over {len(reqs)} served requests, end-to-end p50 ")
+    assert f"{rps:.1f} requests/s" in sentence and f"mean batch {mean_batch:.1f}" in sentence
+    assert [p["part"] for p in serving["parts"]][:4] == [
+        "queue", "preprocess", "inference", "postprocess"]  # fmt: skip
+    assert sum(p["share"] for p in serving["parts"] if p["part"] != "end_to_end") == (
+        pytest.approx(1.0))  # fmt: skip

@@ -21,6 +21,7 @@ from tracekit.report.figures import figures
 from tracekit.report.findings import Finding, evaluate
 from tracekit.report.model import Answer, Cell, Column, ReportContext, Table, TraceReport
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
+from tracekit.report.serving import served, serving_sentence, serving_split
 from tracekit.sql import load_query
 from tracekit.store.traceset import QuerySource
 
@@ -240,6 +241,8 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             f"No requests or stages found in the {(overview.get('span_ms') or 0.0):.3f} ms trace "
             "window: annotate with tracekit.request()/stage() or pass --stage NAME=REGEX."
         )
+    if served(q):  # a batched server: its waterfall, not stage totals spread over requests
+        sentence, split = serving_sentence(q), serving_split(q)
     # one request, or windows that are not requests: no percentiles
     many = e2e is not None and e2e["count"] > 1 and overview.get("request_source") != "window"
     return Answer(

@@ -10,6 +10,7 @@ from typing import Any
 
 from tracekit.report.findings import Finding
 from tracekit.report.model import Answer
+from tracekit.report.serving import served, serving_figures
 
 
 def rounded(v: Any) -> Any:
@@ -117,6 +118,7 @@ def figures(
         "idle_gaps": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["idle_gaps"]
         ],
+        **({"serving": serving_figures(q)} if served(q) else {}),  # batched servers only
         "findings": [
             {
                 "id": f.id,

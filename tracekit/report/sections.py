@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.report import charts
+from tracekit.report.serving import served, serving_sentence
 
 Rows = Sequence[Mapping[str, Any]]
 Columns = tuple[tuple[str, str], ...]
@@ -208,6 +209,16 @@ OVERVIEW_COLS = (
     ("device_names", "Devices"),
 )
 
+SERVING_COLS = (
+    ("part", "Part"),
+    ("requests", "Requests"),
+    ("mean_ms", "Mean ms"),
+    ("p50_ms", "p50 ms"),
+    ("p90_ms", "p90 ms"),
+    ("p99_ms", "p99 ms"),
+    ("max_ms", "Max ms"),
+    ("share", "Share of e2e"),
+)
 NEST_COLS = (("parent", "Nested in"), ("share_of_parent", "Share of parent"))
 OPS_VIA_COLS = (("via", "In nested stage"),)
 PY_COLS = (("stage", "Stage"), ("rank", "#"), ("name", "Function"), ("kind", "Kind"),
@@ -306,6 +317,13 @@ def _gpu_charts(laid: Laid) -> Sequence[charts.Chart]:
 SECTIONS: tuple[Section, ...] = (
     Section("overview", "Trace", "trace_overview", "file, format, span_ms, devices",
             OVERVIEW_COLS),
+    Section("serving", "Served requests: queue, batch stages, hand-back", "serving_waterfall",
+            "serving", SERVING_COLS,
+            note=lambda laid: serving_sentence(laid.q) + " Per request: queue = arrival -> its "
+                 "batch starts; the batch's stages (each belongs to every request of the "
+                 "batch); hand-back = batch end -> response (queries/serving_requests.sql).",
+            shown=lambda laid: served(laid.q),
+            pinned=lambda laid: 1),
     Section("stages", "Stages", "stage_summary", "stages, requests.end_to_end", _stage_columns,
             rows=_stage_rows,
             note="Statistics across requests of per-request stage totals; percentiles are "
@@ -345,4 +363,5 @@ SECTIONS: tuple[Section, ...] = (
 
 # queries the answer, the findings and the charts read besides the sections' own
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
-                 "host_waits", "request_timeline", "gpu_timeline")  # fmt: skip
+                 "host_waits", "request_timeline", "gpu_timeline",
+                 "serving_throughput")  # fmt: skip
