@@ -68,9 +68,10 @@ def test_every_query_runs_on_synthetic(synth: Path) -> None:
         "trace_overview",
         "stage_attributes",
     }
-    # rows only with attributes / call facts / Python events, which the synthetic trace lacks
-    # (tests/test_hf_service.py runs them on a real capture)
-    empty_here = {"stage_attributes", "padding_waste", "python_functions"}
+    # rows only with attributes / call facts / Python events / batches, which the synthetic
+    # trace lacks (tests/test_hf_service.py and tests/test_serving.py run them on real captures)
+    empty_here = {"stage_attributes", "padding_waste", "python_functions", "serving_requests",
+                  "serving_waterfall"}  # fmt: skip
     for name, rows in res.items():
         if name not in empty_here:
             assert rows, name
