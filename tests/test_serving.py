@@ -176,3 +176,46 @@ def test_report_opens_with_the_serving_sentence(captured, tmp_path):
         "queue", "preprocess", "inference", "postprocess"]  # fmt: skip
     assert sum(p["share"] for p in serving["parts"] if p["part"] != "end_to_end") == (
         pytest.approx(1.0))  # fmt: skip
+
+
+def plain_serving(trace: Path) -> tuple[float, float, float]:
+    """(requests/s, queue p50 ms, mean batch) by a plain pass over a Chrome trace's
+    tracekit:request[<id>] and tracekit:batch[<ids>] ranges."""
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    arrival = {e["name"][17:-1]: e["ts"] for e in events
+               if e["name"].startswith("tracekit:request[")}  # fmt: skip
+    ends = [e["ts"] + e["dur"] for e in events if e["name"].startswith("tracekit:request[")]
+    batches = [e for e in events if e["name"].startswith("tracekit:batch[")]
+    first_batch: dict[str, float] = {}
+    for b in batches:
+        for key in b["name"][15:-1].split(","):
+            first_batch[key] = min(first_batch.get(key, b["ts"]), b["ts"])
+    rps = len(arrival) / ((max(ends) - min(arrival.values())) / 1e6)
+    queue = [max(first_batch[k] - arrival[k], 0) / 1e3 for k in arrival]
+    mean_batch = sum(len(b["name"][15:-1].split(",")) for b in batches) / len(batches)
+    return rps, quantile(queue, 0.5), mean_batch
+
+
+@pytest.mark.slow
+def test_diff_of_max_batch_1_and_8_names_throughput_and_queue(captured, tmp_path):
+    traces, _ = captured  # --max-batch 8
+    single = tmp_path / "single"
+    cmd = [sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o", str(single), "--",
+           sys.executable, str(SERVER), "--requests", "24", "--rate", "300", "--clients", "4",
+           "--max-batch", "1", "--quiet"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    before = plain_serving(single / "torch.pt.trace.json")
+    after = plain_serving(traces[0])
+    assert before[2] == 1.0 and after[2] > 1.0
+
+    cmd = [sys.executable, "-m", "tracekit", "diff", str(single / "torch.pt.trace.json"),
+           str(traces[0]), "--format", "md"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr
+    headline = res.stdout.splitlines()[2]
+    assert headline.startswith(
+        f"Served: {before[0]:,.1f} → {after[0]:,.1f} requests/s (×{after[0] / before[0]:.2f}); "
+        f"queue p50 {before[1]:,.2f} → {after[1]:,.2f} ms"
+    ), headline
+    assert f"mean batch {before[2]:,.1f} → {after[2]:,.1f}" in headline
