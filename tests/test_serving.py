@@ -219,3 +219,27 @@ def test_diff_of_max_batch_1_and_8_names_throughput_and_queue(captured, tmp_path
         f"queue p50 {before[1]:,.2f} → {after[1]:,.2f} ms"
     ), headline
     assert f"mean batch {before[2]:,.1f} → {after[2]:,.1f}" in headline
+
+
+@pytest.mark.slow
+def test_check_holds_serving_budgets(captured):
+    traces, _ = captured
+    rps, queue_p50, _ = plain_serving(traces[0])
+    budgets = [
+        f"serving.requests_per_s>={rps * 0.99:.3f}",
+        f"serving.queue_p50_ms<={queue_p50 * 0.9:.3f}",
+    ]
+    cmd = [sys.executable, "-m", "tracekit", "check", str(traces[0])]
+    for b in budgets:
+        cmd += ["--budget", b]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 1, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith(f"PASS {budgets[0]}: measured ")
+    assert float(lines[0].split("measured ")[1].split(" ")[0]) == pytest.approx(rps, rel=1e-3)
+    assert lines[1].startswith(f"FAIL {budgets[1]}: measured ")
+
+    res = subprocess.run([*cmd[:5], "--budget", "serving.p99_ms<=1"], capture_output=True,
+                         text=True, cwd=REPO, timeout=600)  # fmt: skip
+    assert res.returncode == 2 and "unknown metric 'p99_ms'" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -128,9 +128,9 @@ def _serving_sentence(serving: Sequence[MetricDelta]) -> str:
         return f"{d.before:,.{digits}f} → {d.after:,.{digits}f}{unit}{ratio}"
 
     return (
-        f"Served: {move('served_rps', ' requests/s', 1)}; queue p50 "
+        f"Served: {move('requests_per_s', ' requests/s', 1)}; queue p50 "
         f"{move('queue_p50_ms', ' ms', 2)}, p99 {move('queue_p99_ms', ' ms', 2)}; end-to-end "
-        f"p50 {move('served_e2e_p50_ms', ' ms', 2)}, p99 {move('served_e2e_p99_ms', ' ms', 2)}; "
+        f"p50 {move('end_to_end_p50_ms', ' ms', 2)}, p99 {move('end_to_end_p99_ms', ' ms', 2)}; "
         f"mean batch {move('mean_batch', '', 1)}."
     )
 

@@ -22,8 +22,8 @@ from tracekit.store.traceset import TraceSet, open_traces
 
 STAGE_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms", "share", "count")
 # a batched server's figures (queries serving_throughput and serving_waterfall), by name
-SERVING_METRICS = ("served_rps", "mean_batch", "queue_p50_ms", "queue_p99_ms",
-                   "served_e2e_p50_ms", "served_e2e_p99_ms")  # fmt: skip
+SERVING_METRICS = ("requests_per_s", "mean_batch", "queue_p50_ms", "queue_p99_ms",
+                   "end_to_end_p50_ms", "end_to_end_p99_ms")  # fmt: skip
 
 __all__ = [
     "SERVING_METRICS",
@@ -198,15 +198,15 @@ def _serving(ts: TraceSet) -> dict[str, float] | None:
             continue
         (tp,) = ts.query_dicts("serving_throughput", trace_id=t)
         if out is not None:
-            out["served_rps"] += float(tp["requests_per_s"] or 0.0)
+            out["requests_per_s"] += float(tp["requests_per_s"] or 0.0)
             continue
         out = {
-            "served_rps": float(tp["requests_per_s"] or 0.0),
+            "requests_per_s": float(tp["requests_per_s"] or 0.0),
             "mean_batch": float(tp["mean_batch"] or 0.0),
             "queue_p50_ms": float(parts["queue"]["p50_ms"]),
             "queue_p99_ms": float(parts["queue"]["p99_ms"]),
-            "served_e2e_p50_ms": float(parts["end_to_end"]["p50_ms"]),
-            "served_e2e_p99_ms": float(parts["end_to_end"]["p99_ms"]),
+            "end_to_end_p50_ms": float(parts["end_to_end"]["p50_ms"]),
+            "end_to_end_p99_ms": float(parts["end_to_end"]["p99_ms"]),
         }
     return out
 
