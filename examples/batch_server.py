@@ -13,7 +13,14 @@ more (at most `--max-batch` in all), and serves them together:
   one JSON answer per request.
 
 Each request is `tracekit.request(id=...)` on its client's thread, from arrival to response;
-each batch `tracekit.batch(ids)` on the worker's thread, with the stages inside it.
+each batch `tracekit.batch(ids)` on the worker's thread, with the stages inside it. With
+`--no-annotate` it makes no tracekit call, and a capture names the same parts instead:
+
+    tracekit capture --request batch_server:Server.submit --batch batch_server:Server.run_batch \
+        --stage preprocess=batch_server:Server.preprocess \
+        --stage inference=batch_server:TinyGPT.forward \
+        --stage postprocess=batch_server:Server.postprocess \
+        -- python examples/batch_server.py --no-annotate
 
 Its own clock (time.perf_counter_ns, read inside those ranges): per request the queue time
 (arrival -> its batch starts), the batch time, the hand-back (batch end -> response) and end
@@ -36,6 +43,7 @@ sends its next one as soon as that answer comes (a closed loop once the server s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import queue
@@ -45,6 +53,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -54,6 +63,20 @@ from infer import BUCKETS, clean_text, make_text, train_tokenizer  # noqa: E402
 import tracekit  # noqa: E402
 
 MAX_LEN = 128
+ANNOTATE = True  # --no-annotate: no tracekit calls (capture --request/--batch/--stage instead)
+
+
+def stage(name: str) -> Any:
+    """tracekit.stage, or a range that records nothing under --no-annotate."""
+    return tracekit.stage(name) if ANNOTATE else _Quiet()
+
+
+class _Quiet(contextlib.nullcontext[Any]):
+    def __enter__(self) -> _Quiet:
+        return self
+
+    def set(self, **attrs: Any) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -112,7 +135,8 @@ class Pending:
 
     rid: int | str
     text: str
-    arrival_ns: int
+    arrival_ns: int = 0
+    response_ns: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     batch: int = 0
     batch_start_ns: int = 0
@@ -157,26 +181,42 @@ class Server:
     def serve(self) -> None:
         torch.set_num_threads(1)
         while (items := self.take_batch()) is not None:
-            number = len(self.batches) + 1
-            with tracekit.batch([p.rid for p in items]):
-                start = time.perf_counter_ns()
-                with tracekit.stage("preprocess") as s:
-                    enc = self.preprocess([p.text for p in items])
-                    s.set(batch_size=len(items), seq_len=enc["seq_len"],
-                          padded_tokens=enc["padded_tokens"])  # fmt: skip
-                with tracekit.stage("inference"), torch.inference_mode():
-                    logits = self.model(enc["ids"], enc["mask"])
-                with tracekit.stage("postprocess"):
-                    answers = self.postprocess(enc, logits)
-                end = time.perf_counter_ns()
-            self.batches.append({
-                "batch": number, "requests": [p.rid for p in items], "size": len(items),
-                "start_ns": start, "end_ns": end, "seq_len": enc["seq_len"],
-                "tokens": enc["tokens"], "padded_tokens": enc["padded_tokens"],
-            })  # fmt: skip
-            for p, answer in zip(items, answers, strict=True):
-                p.batch, p.batch_start_ns, p.batch_end_ns, p.answer = number, start, end, answer
+            if ANNOTATE:
+                with tracekit.batch([p.rid for p in items]):
+                    self.run_batch(items)
+            else:
+                self.run_batch(items)
+            for p in items:  # the answers go back once the batch is over
                 p.done.set()
+
+    def run_batch(self, items: list[Pending]) -> None:
+        """One batch: its own clock is read first and last thing inside (`--batch` target)."""
+        start = time.perf_counter_ns()
+        number = len(self.batches) + 1
+        with stage("preprocess") as s:
+            enc = self.preprocess([p.text for p in items])
+            s.set(batch_size=len(items), seq_len=enc["seq_len"],
+                  padded_tokens=enc["padded_tokens"])  # fmt: skip
+        with stage("inference"), torch.inference_mode():
+            logits = self.model(enc["ids"], enc["mask"])
+        with stage("postprocess"):
+            answers = self.postprocess(enc, logits)
+        end = time.perf_counter_ns()
+        self.batches.append({
+            "batch": number, "requests": [p.rid for p in items], "size": len(items),
+            "start_ns": start, "end_ns": end, "seq_len": enc["seq_len"],
+            "tokens": enc["tokens"], "padded_tokens": enc["padded_tokens"],
+        })  # fmt: skip
+        for p, answer in zip(items, answers, strict=True):
+            p.batch, p.batch_start_ns, p.batch_end_ns, p.answer = number, start, end, answer
+
+    def submit(self, p: Pending) -> None:
+        """One request: hand it to the batcher, wait for its answer (`--request` target); the
+        own clock is read first and last thing inside."""
+        p.arrival_ns = time.perf_counter_ns()
+        self.inbox.put(p)
+        p.done.wait()
+        p.response_ns = time.perf_counter_ns()
 
     def preprocess(self, texts: list[str]) -> dict[str, object]:
         encs = self.tok.encode_batch([clean_text(t) for t in texts])
@@ -207,24 +247,26 @@ class Server:
 
 def client(server: Server, work: list[tuple[int, float, str]], warmup: list[str],
            start: threading.Barrier, t0: list[float],
-           done: list[tuple[Pending, int]], lock: threading.Lock) -> None:  # fmt: skip
+           done: list[Pending], lock: threading.Lock) -> None:  # fmt: skip
     for rid in warmup:  # one at a time, before the measured load (not in its figures)
-        with tracekit.request(id=rid):
-            p = Pending(rid, work[0][2] if work else "hello", time.perf_counter_ns())
-            server.inbox.put(p)
-            p.done.wait()
+        send(server, Pending(rid, work[0][2] if work else "hello"))
     start.wait()
     for rid, at, text in work:
         delay = t0[0] + at - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        with tracekit.request(id=rid):
-            p = Pending(rid, text, time.perf_counter_ns())
-            server.inbox.put(p)
-            p.done.wait()
-            response_ns = time.perf_counter_ns()
+        p = Pending(rid, text)
+        send(server, p)
         with lock:
-            done.append((p, response_ns))
+            done.append(p)
+
+
+def send(server: Server, p: Pending) -> None:
+    if ANNOTATE:
+        with tracekit.request(id=p.rid):
+            server.submit(p)
+    else:
+        server.submit(p)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -253,7 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--log", type=Path, help="write requests and batches as JSON here")
     ap.add_argument("--quiet", action="store_true", help="no line per request")
+    ap.add_argument(
+        "--no-annotate",
+        action="store_true",
+        help="make no tracekit calls (for tracekit capture --request "
+        "batch_server:Server.submit --batch batch_server:Server.run_batch)",
+    )
     args = ap.parse_args(argv)
+    global ANNOTATE
+    ANNOTATE = not args.no_annotate
     if args.requests < 1 or args.clients < 1 or args.max_batch < 1 or args.rate <= 0:
         ap.error("--requests, --clients, --max-batch and --rate must be positive")
 
@@ -276,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
 
     worker = threading.Thread(target=server.serve, name="batcher")
     worker.start()
-    done: list[tuple[Pending, int]] = []
+    done: list[Pending] = []
     lock = threading.Lock()
     t0: list[float] = []  # the measured load's start, once every client has warmed up
     start = threading.Barrier(args.clients, action=lambda: t0.append(time.perf_counter() + 0.005))
@@ -291,16 +341,16 @@ def main(argv: list[str] | None = None) -> int:
     server.inbox.put(None)
     worker.join()
 
-    done.sort(key=lambda d: (d[0].arrival_ns, d[0].rid))
+    done.sort(key=lambda p: (p.arrival_ns, str(p.rid)))
     requests = [{
         "request": p.rid, "batch": p.batch, "arrival_ns": p.arrival_ns,
         "batch_start_ns": p.batch_start_ns, "batch_end_ns": p.batch_end_ns,
-        "response_ns": resp,
+        "response_ns": p.response_ns,
         "queue_ms": (p.batch_start_ns - p.arrival_ns) / 1e6,
         "batch_ms": (p.batch_end_ns - p.batch_start_ns) / 1e6,
-        "hand_back_ms": (resp - p.batch_end_ns) / 1e6,
-        "end_to_end_ms": (resp - p.arrival_ns) / 1e6,
-    } for p, resp in done]  # fmt: skip
+        "hand_back_ms": (p.response_ns - p.batch_end_ns) / 1e6,
+        "end_to_end_ms": (p.response_ns - p.arrival_ns) / 1e6,
+    } for p in done]  # fmt: skip
     window_s = (max(r["response_ns"] for r in requests) - requests[0]["arrival_ns"]) / 1e9
     measured = {r["request"] for r in requests}
     server.batches = [b for b in server.batches

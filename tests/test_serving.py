@@ -243,3 +243,65 @@ def test_check_holds_serving_budgets(captured):
                          text=True, cwd=REPO, timeout=600)  # fmt: skip
     assert res.returncode == 2 and "unknown metric 'p99_ms'" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+ZERO_CODE = ["--request", "batch_server:Server.submit", "--batch", "batch_server:Server.run_batch",
+             "--stage", "preprocess=batch_server:Server.preprocess",
+             "--stage", "inference=batch_server:TinyGPT.forward",
+             "--stage", "postprocess=batch_server:Server.postprocess"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_zero_code_change_capture_matches_the_servers_clock(tmp_path):
+    """The server with --no-annotate, its requests and batches named by capture flags."""
+    log = tmp_path / "server.json"
+    cmd = [sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o", str(tmp_path / "run"),
+           *ZERO_CODE, "--", sys.executable, str(SERVER), "--no-annotate", "--requests", "30",
+           "--rate", "300", "--clients", "4", "--warmup", "1", "--quiet", "--log",
+           str(log)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(log.read_text())
+    trace = tmp_path / "run" / "torch.pt.trace.json"
+    with tracekit.open(trace) as t:
+        rows = t.query_dicts("serving_requests", trace_id=1, warmup=4)
+        parts = {r["part"]: r for r in t.query_dicts("serving_waterfall", trace_id=1, warmup=4)}
+        (tp,) = t.query_dicts("serving_throughput", trace_id=1, warmup=4)
+        stages = {r["stage"] for r in t.sql("SELECT DISTINCT stage FROM stages").to_dicts()}
+    assert len(rows) == len(data["requests"]) == 30
+    assert stages == {"preprocess", "inference", "postprocess"}
+    # batch membership (the ids here are the capture's: 1.. in call order): the batches of
+    # measured requests, in start order, hold as many requests as the server's batches
+    by_batch: dict[int, int] = {}
+    for r in rows:
+        by_batch[r["batch_id"]] = r["batch_size"]
+    assert [by_batch[b] for b in sorted(by_batch)] == [b["size"] for b in data["batches"]]
+    for part in ("queue", "end_to_end"):
+        mine = [float(r[f"{part}_ms"]) for r in data["requests"]]
+        for q, col in ((0.5, "p50_ms"), (0.99, "p99_ms")):
+            expected = quantile(mine, q)
+            assert abs(parts[part][col] - expected) <= tolerance(expected), (part, col)
+    expected_rps = data["summary"]["requests_per_s"]
+    assert abs(tp["requests_per_s"] - expected_rps) <= 0.01 * expected_rps
+
+
+@pytest.mark.slow
+def test_a_mistaken_batch_target_is_explained_in_one_line(tmp_path):
+    cmd = [sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o", str(tmp_path / "run"),
+           "--request", "batch_server:Server.submit", "--batch", "batch_server:Server.take_batch",
+           "--", sys.executable, str(SERVER), "--no-annotate", "--requests", "4",
+           "--quiet"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [ln for ln in res.stderr.splitlines() if "--batch" in ln]
+    assert len(lines) == 1, res.stderr
+    assert "--batch batch_server:Server.take_batch was called" in lines[0]
+    assert "never with an object a running --request call received" in lines[0]
+
+    res = subprocess.run([sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o",
+                          str(tmp_path / "run2"), "--batch", "batch_server:Server.run_batch",
+                          "--", sys.executable, str(SERVER)], capture_output=True, text=True,
+                         cwd=REPO, timeout=600)  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "Error: --batch needs --request: a batch serves the requests it receives"]  # fmt: skip

@@ -24,7 +24,12 @@ import types
 from pathlib import Path
 from typing import Any
 
-from tracekit.capture.stage_hooks import StageHooks, parse_request_target, parse_target
+from tracekit.capture.stage_hooks import (
+    StageHooks,
+    parse_batch_target,
+    parse_request_target,
+    parse_target,
+)
 
 
 class _Stopped(BaseException):
@@ -45,6 +50,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--schedule", type=str)
     ap.add_argument("--stage", action="append", default=[])
     ap.add_argument("--request", action="append", default=[])
+    ap.add_argument("--batch", action="append", default=[])
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--with-stack", action="store_true")
     ap.add_argument("--duration", type=float)
@@ -146,6 +152,7 @@ def run(argv: list[str]) -> int:
 
     targets = [parse_target(s) for s in args.stage]
     targets += [parse_request_target(s) for s in args.request]
+    targets += [parse_batch_target(s) for s in args.batch]
     hooks = StageHooks(targets, aliases)
     hooks.install()
     from tracekit import annotate
@@ -211,6 +218,9 @@ def _finish(args: argparse.Namespace, hooks: StageHooks) -> None:
             print(f"tracekit: could not write the torch trace: {e}", file=sys.stderr)
     for t in hooks.missing():
         print(f"tracekit: {t.option} was never applied (not found)", file=sys.stderr)
+    problem = hooks.batch_problem()
+    if problem:
+        print(f"tracekit: {problem}", file=sys.stderr)
     hooks.uninstall()
     annotate.flush()
 

@@ -54,7 +54,7 @@ def serving_split(q: Queries) -> tuple[tuple[str, float, float], ...]:
     """(part, total ms over served requests, share of their end-to-end time), waterfall order:
     the report's split bar for a batched server."""
     return tuple(
-        (PART_WORDS.get(r["part"], r["part"]), float(r["mean_ms"]) * r["requests"],
+        (str(PART_WORDS.get(r["part"], r["part"])), float(r["mean_ms"]) * r["requests"],
          float(r["share"] or 0.0))
         for r in q.get("serving_waterfall") or []
         if r["part"] != END_TO_END and (r["share"] or 0) > 0
