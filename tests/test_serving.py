@@ -165,7 +165,10 @@ def test_report_opens_with_the_serving_sentence(captured, tmp_path):
                           "json", "-o", str(out)], capture_output=True, text=True, cwd=REPO,
                          timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stderr
-    serving = json.loads(out.read_text())["traces"][0]["serving"]
+    report = json.loads(out.read_text())["traces"][0]
+    serving = report["serving"]
+    # the requests' time outside stages is their queue and hand-back, not missing annotations
+    assert "low_request_coverage" not in {f["id"] for f in report["findings"]}
     assert serving["throughput"]["requests"] == len(reqs) == 40 + CLIENTS
     assert serving["throughput"]["requests_per_s"] == pytest.approx(rps, rel=1e-3)
     assert serving["throughput"]["mean_batch"] == pytest.approx(mean_batch)
