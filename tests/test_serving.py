@@ -132,6 +132,16 @@ def check_throughput(trace: Path, log: dict) -> None:
     assert abs(row["requests_per_s"] - expected) <= 0.01 * expected, (trace.name, row, expected)
     sizes = [b["size"] for b in log["batches"]]
     assert row["mean_batch"] == pytest.approx(sum(sizes) / len(sizes))
+    # goodput at the server's median end-to-end time: the share within it, give or take the
+    # requests whose two clocks may fall either side of it (within 0.3 ms of it)
+    e2e = sorted(r["end_to_end_ms"] for r in requests)
+    slo = quantile(e2e, 0.5)
+    within = sum(v <= slo for v in e2e) / len(e2e)
+    near = sum(abs(v - slo) <= 0.3 for v in e2e) / len(e2e)
+    with tracekit.open(trace) as t:
+        (good,) = t.query_dicts("serving_throughput", trace_id=1, warmup=CLIENTS, slo_ms=slo)
+    assert abs(good["within_slo"] - within) <= near, (good, within, near)
+    assert good["goodput_per_s"] == pytest.approx(good["within_slo"] * row["requests_per_s"])
 
 
 def test_request_and_batch_ids_travel_in_the_range_names():
