@@ -43,8 +43,9 @@ def test_export_parquet_matches_store(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"Wrote {out} (")
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["traces", "threads", "events", "stages", "requests", "attributes", "gpu_islands"]
-    )
+        ["traces", "threads", "events", "stages", "requests", "attributes", "gpu_islands",
+         "batches", "request_batches"]
+    )  # fmt: skip
     assert (out / "events" / "trace_id=1").is_dir()
     with tracekit.open(trace) as t:
         want_stages = t.sql(STAGES.format(src="stages")).rows()

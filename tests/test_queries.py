@@ -68,11 +68,12 @@ def test_every_query_runs_on_synthetic(synth: Path) -> None:
         "trace_overview",
         "stage_attributes",
     }
-    # rows only with attributes / call facts / Python events / generation steps, which the
-    # synthetic trace lacks (tests/test_hf_service.py and test_serving_* run them on real
-    # captures), or allocator events (tests/test_memory.py: a real profile_memory trace)
+    # rows only with attributes / call facts / Python events / generation steps / batches,
+    # which the synthetic trace lacks (tests/test_hf_service.py, test_serving_* and
+    # test_serving.py run them on real captures), or allocator events (tests/test_memory.py)
     empty_here = {"stage_attributes", "padding_waste", "python_functions", "sequence_lengths",
-                  "generation_requests", "memory_peaks", "memory_timeline"}  # fmt: skip
+                  "generation_requests", "memory_peaks", "memory_timeline", "serving_requests",
+                  "serving_waterfall"}  # fmt: skip
     for name, rows in res.items():
         if name not in empty_here:
             assert rows, name

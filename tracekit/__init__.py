@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tracekit.annotate import request, stage  # noqa: E402
+from tracekit.annotate import batch, request, stage  # noqa: E402
 from tracekit.errors import (  # noqa: E402
     CaptureFailed,
     CheckFailed,
@@ -54,6 +54,7 @@ __all__ = [
     "TraceSet",
     "TracekitError",
     "__version__",
+    "batch",
     "open",
     "open_traces",
     "parse_rule",

@@ -41,12 +41,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["bind_profiler", "bound_profiler", "flush", "request", "set_warmup", "stage"]
+__all__ = [
+    "batch",
+    "bind_profiler",
+    "bound_profiler",
+    "flush",
+    "request",
+    "set_warmup",
+    "stage",
+]
 
 DOMAIN = "tracekit"
 PREFIX = "tracekit:"
 ATTRIBUTES_ENV = "TRACEKIT_ATTRIBUTES_DIR"
 REQUEST = "request"
+BATCH = "batch"
+NVTX_CACHED_MESSAGES = 4096  # message handles kept; request[id]/batch[ids] names are mostly unique
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,7 +89,12 @@ class _State:
         self.on_warmup_done: Callable[[], None] | None = None
 
     def setup(self) -> None:
-        self.ready = True
+        with _SETUP_LOCK:  # threads may open their first ranges at once
+            if not self.ready:
+                self._setup()
+                self.ready = True  # last: another thread may read the handles once it is set
+
+    def _setup(self) -> None:
         forced = os.environ.get("TRACEKIT_NVTX")
         injected = bool(os.environ.get("NVTX_INJECTION64_PATH"))
         want_nvtx = forced == "1" or (forced != "0" and injected)
@@ -93,12 +108,20 @@ class _State:
         torch = sys.modules.get("torch")
         if torch is None or not hasattr(torch, "autograd"):
             return None  # not imported, or still importing
-        self.torch = torch
-        self.profiler_enabled = torch.autograd._profiler_enabled
+        native = torch.autograd._profiler_enabled
+        module = torch.autograd.profiler
+        if hasattr(module, "_is_profiler_enabled"):
+            # a profiler started with profile_all_threads (tracekit capture's) is on for every
+            # thread, yet _profiler_enabled() says False on each: the module flag says it
+            self.profiler_enabled = lambda: module._is_profiler_enabled or native()
+        else:
+            self.profiler_enabled = native
         self.record_function = torch.autograd.profiler.record_function
+        self.torch = torch  # last: other threads test it, then use the two above
         return torch
 
 
+_SETUP_LOCK = threading.Lock()
 _S = _State()
 
 
@@ -119,7 +142,9 @@ def _nvtx_handles() -> tuple[Callable[[str], None] | None, Callable[[], None] | 
         def push(message: str) -> None:
             a = attrs.get(message)
             if a is None:
-                a = attrs[message] = domain.get_event_attributes(message=message)
+                a = domain.get_event_attributes(message=message)
+                if len(attrs) < NVTX_CACHED_MESSAGES:
+                    attrs[message] = a
             _push(a, handle)
 
         def pop() -> None:
@@ -147,11 +172,12 @@ class _Sidecar:
         self.lock = threading.Lock()
 
     def write(self, record: dict[str, Any]) -> None:
-        if record["pid"] != self.pid:  # forked child: drop the parent's buffer
-            with self.lock:
+        with self.lock:  # (threads write at once: an append racing flush's swap was lost)
+            if record["pid"] != self.pid:  # forked child: drop the parent's buffer
                 self.pid, self.pending = record["pid"], []
-        self.pending.append(record)
-        if len(self.pending) >= self.BATCH:
+            self.pending.append(record)
+            full = len(self.pending) >= self.BATCH
+        if full:
             self.flush()
 
     def flush(self) -> None:
@@ -244,20 +270,25 @@ class _Range:
         s = _S
         if not s.ready:
             s.setup()
-        if s.mute_depth or (s.warmup_left and self.kind == REQUEST):
+        # (requests with an id overlap on many threads: warm-up and profiler steps count the
+        # plain, sequential `request()` only; a served request's warm-up is dropped at analysis)
+        if s.mute_depth or (s.warmup_left and self.name == REQUEST):
             s.mute_depth += 1
             self._stack.append((None, 0, self.attrs, _MUTED))
             return self
         info = None
         if s.sidecar is not None:
             # the bookkeeping comes before the range opens so that it is not timed as the stage
-            key = (_native_id(), self.name)
-            ordinal = s.ordinals.get(key, 0)
-            s.ordinals[key] = ordinal + 1
+            if "[" in self.name:  # request[id]/batch[ids]: unique names, matched by start
+                ordinal = 0
+            else:
+                key = (_native_id(), self.name)
+                ordinal = s.ordinals.get(key, 0)
+                s.ordinals[key] = ordinal + 1
             prof = s.profiler
             extra = None if prof is None else (_recording(prof), getattr(prof, "step_num", None))
             info = (ordinal, extra)
-        if s.profiler is not None and self.kind == REQUEST:
+        if s.profiler is not None and self.name == REQUEST:
             d = s.depth
             d.n = getattr(d, "n", 0) + 1
         torch = s.torch
@@ -298,7 +329,7 @@ class _Range:
             if self.after is not None:
                 attrs.update(self.after())
             self._record(start, end, attrs, info)
-        if s.profiler is not None and self.kind == REQUEST:
+        if s.profiler is not None and self.name == REQUEST:
             d = s.depth
             d.n = getattr(d, "n", 1) - 1
             if d.n == 0:
@@ -355,20 +386,61 @@ def stage(name: str, sync: bool = False, **attrs: Any) -> _Range:
     usually makes the whole request slower; use it to measure, not in production.
     """
     if name not in _VALID_NAMES:
-        if not isinstance(name, str) or not name or name == REQUEST or ":" in name:
+        if (
+            not isinstance(name, str)
+            or not name
+            or name == REQUEST
+            or ":" in name
+            or name.startswith((REQUEST + "[", BATCH + "["))
+        ):
             raise ValueError(
-                f"stage name must be a non-empty str without ':', not 'request': {name!r}"
+                "stage name must be a non-empty str without ':', not 'request' nor "
+                f"'request[...]'/'batch[...]': {name!r}"
             )
         _VALID_NAMES.add(name)
     return _Range(name, "stage", sync, attrs)
 
 
-def request(**attrs: Any) -> _Range:
+def _request_key(value: object) -> str:
+    """A request id as it travels in range names: str(value), no ',', '[' or ']'."""
+    key = str(value)
+    if not key or any(c in key for c in ",[]") or key != key.strip():
+        raise ValueError(
+            f"request id must print as a non-empty str without ',', '[', ']' or edge "
+            f"spaces: {value!r}"
+        )
+    return key
+
+
+def request(id: object = None, **attrs: Any) -> _Range:  # noqa: A002  (the public name)
     """A request range `tracekit:request`: context manager or decorator.
 
-    The exit of an outermost request advances a profiler bound with `bind_profiler`.
+    Without `id` requests are sequential: the exit of an outermost one advances a profiler
+    bound with `bind_profiler`, and `set_warmup` counts them.
+
+    With `id` (an int or str; no ',', '[' or ']') the range is `tracekit:request[<id>]`: a
+    served request that may overlap others on any thread or process, and that a
+    `batch([...])` naming the same id serves. Such requests neither step a bound profiler
+    nor count for `set_warmup` (their warm-up is dropped at analysis: `--warmup`).
     """
-    return _Range(REQUEST, REQUEST, False, attrs)
+    if id is None:
+        return _Range(REQUEST, REQUEST, False, attrs)
+    return _Range(f"{REQUEST}[{_request_key(id)}]", REQUEST, False, attrs)
+
+
+def batch(request_ids: Any, **attrs: Any) -> _Range:
+    """A batch range `tracekit:batch[<id>,<id>,...]`: context manager (or decorator for a
+    fixed set) on any thread, serving the requests with those ids (`request(id=...)`).
+
+    Stages inside it belong to each of its requests: a request's waterfall is its queue
+    (arrival -> its batch starts), the batch's stages, and its hand-back (batch end ->
+    response). `attrs` (padded tokens, ...) go to the capture's attribute sidecar.
+    """
+    keys = [_request_key(r) for r in request_ids]
+    if not keys:
+        raise ValueError("tracekit.batch() needs at least one request id")
+    attrs.setdefault("size", len(keys))
+    return _Range(f"{BATCH}[{','.join(keys)}]", BATCH, False, attrs)
 
 
 def _reset_for_tests() -> None:

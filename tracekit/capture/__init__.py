@@ -153,7 +153,16 @@ def capture(opts: CaptureOptions) -> CaptureResult:
                 "timeout": opts.timeout,
                 "schedule": list(opts.schedule) if opts.schedule else None,
                 "stages": [t.spec for t in opts.stages],
-                "requests": [f"{t.module}:{t.attr}" for t in opts.requests],
+                "requests": [f"{t.module}:{t.attr}" for t in opts.requests if t.stage == "request"],
+                **(
+                    {
+                        "batches": [
+                            f"{t.module}:{t.attr}" for t in opts.requests if t.stage == "batch"
+                        ]
+                    }
+                    if any(t.stage == "batch" for t in opts.requests)
+                    else {}
+                ),
                 "warmup": opts.warmup,
                 "python_stacks": opts.python_stacks,
             },  # fmt: skip

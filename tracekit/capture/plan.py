@@ -62,7 +62,7 @@ class CaptureOptions:
     torch: bool = True
     schedule: tuple[int, int, int] | None = None
     stages: tuple[StageTarget, ...] = ()
-    requests: tuple[StageTarget, ...] = ()  # --request targets (StageTarget.stage == 'request')
+    requests: tuple[StageTarget, ...] = ()  # --request and --batch targets (their .stage says)
     warmup: int = 0  # --warmup: the first N requests are served but recorded nowhere
     python_stacks: bool = False  # --python: torch.profiler with_stack (Python function events)
     duration: float | None = None
@@ -165,8 +165,8 @@ def _runner_argv(
             argv.append("--with-stack")
     for t in opts.stages:
         argv += ["--stage", t.spec]
-    for t in opts.requests:
-        argv += ["--request", f"{t.module}:{t.attr}"]
+    for t in opts.requests:  # --request, and --batch (StageTarget.stage == 'batch')
+        argv += [f"--{t.stage}", f"{t.module}:{t.attr}"]
     if opts.warmup:
         argv += ["--warmup", str(opts.warmup)]
     if opts.duration and trace is not None:

@@ -28,8 +28,11 @@ class StageClock:
     def summary(self) -> str:
         """'16 requests; preprocess 1.93 ms, inference 14.07 ms (mean per range)'."""
         parts = [f"{self.counts['request']} requests"] if "request" in self.counts else []
+        if "batch" in self.counts:
+            parts.append(f"{self.counts['batch']} batches")
         stages = [f"{name} {self.total_ns[name] / n / 1e6:.2f} ms"
-                  for name, n in self.counts.items() if name != "request"]  # fmt: skip
+                  for name, n in self.counts.items()
+                  if name not in ("request", "batch")]  # fmt: skip
         if stages:
             parts.append(", ".join(stages) + " (mean per range)")
         return "; ".join(parts)
@@ -46,6 +49,7 @@ def read_stage_clock(attributes_dir: Path) -> StageClock:
                     name, dur = str(r["name"]), int(r["end_ns"]) - int(r["start_ns"])
                 except (ValueError, KeyError, TypeError):
                     continue  # a half-written last line of a killed program
+                name = name.split("[", 1)[0]  # request[<id>], batch[<ids>]: one line each
                 clock.counts[name] += 1
                 clock.total_ns[name] += dur
     return clock

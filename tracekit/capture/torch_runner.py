@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.capture.profiler_guard import ProfilerGuard
-from tracekit.capture.stage_hooks import StageHooks, parse_request_target, parse_target
+from tracekit.capture.stage_hooks import (
+    StageHooks,
+    parse_batch_target,
+    parse_request_target,
+    parse_target,
+)
 
 
 class _Stopped(BaseException):
@@ -48,6 +53,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--schedule", type=str)
     ap.add_argument("--stage", action="append", default=[])
     ap.add_argument("--request", action="append", default=[])
+    ap.add_argument("--batch", action="append", default=[])
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--with-stack", action="store_true")
     ap.add_argument("--duration", type=float)
@@ -106,6 +112,12 @@ def _start_profiler(args: argparse.Namespace, guard: ProfilerGuard) -> Any:
         wait, warmup, active = (int(x) for x in args.schedule.split(","))
         kwargs["schedule"] = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
         kwargs["on_trace_ready"] = guard.export_ours
+    try:  # every thread's ops and ranges, not only this one's: servers answer on many threads
+        kwargs["experimental_config"] = torch._C._profiler._ExperimentalConfig(
+            profile_all_threads=True
+        )
+    except (AttributeError, TypeError):  # an older torch: the profiling thread only
+        pass
     prof = profile(activities=activities, record_shapes=True, with_stack=args.with_stack, **kwargs)
     guard.ours = prof
     prof.start()
@@ -142,6 +154,7 @@ def run(argv: list[str]) -> int:
 
     targets = [parse_target(s) for s in args.stage]
     targets += [parse_request_target(s) for s in args.request]
+    targets += [parse_batch_target(s) for s in args.batch]
     hooks = StageHooks(targets, aliases)
     hooks.install()
     auto = None
@@ -229,6 +242,9 @@ def _finish(args: argparse.Namespace, hooks: StageHooks, guard: ProfilerGuard | 
         guard.finish()
     for t in hooks.missing():
         print(f"tracekit: {t.option} was never applied (not found)", file=sys.stderr)
+    problem = hooks.batch_problem()
+    if problem:
+        print(f"tracekit: {problem}", file=sys.stderr)
     hooks.uninstall()
     annotate.flush()
 

@@ -54,6 +54,14 @@ def _schedule(text: str | None) -> tuple[int, int, int] | None:
     help="Each call of this function is one request (no code change; repeatable).",
 )
 @click.option(
+    "--batch",
+    "batches",
+    multiple=True,
+    metavar="module:function",
+    help="With --request: each call of this function is a batch serving the requests whose "
+    "objects it receives in a list or tuple argument (no code change).",
+)
+@click.option(
     "--warmup",
     type=click.IntRange(min=0),
     default=0,
@@ -86,6 +94,7 @@ def command(
     schedule: str | None,
     stages: tuple[str, ...],
     requests: tuple[str, ...],
+    batches: tuple[str, ...],
     warmup: int,
     python_stacks: bool,
     duration: float | None,
@@ -103,7 +112,10 @@ def command(
         tracekit capture -o runs/base -- python examples/infer.py --requests 24
     """
     from tracekit.capture import CaptureOptions, capture, default_run_dir, parse_target
-    from tracekit.capture.stage_hooks import parse_request_target
+    from tracekit.capture.stage_hooks import parse_batch_target, parse_request_target
+
+    if batches and not requests:
+        raise ConfigError("--batch needs --request: a batch serves the requests it receives")
 
     opts = CaptureOptions(
         command=tuple(command),
@@ -112,7 +124,8 @@ def command(
         torch=use_torch,
         schedule=_schedule(schedule),
         stages=tuple(parse_target(s) for s in stages),
-        requests=tuple(parse_request_target(r) for r in requests),
+        requests=tuple(parse_request_target(r) for r in requests)
+        + tuple(parse_batch_target(b) for b in batches),
         warmup=warmup,
         python_stacks=python_stacks,
         duration=duration,

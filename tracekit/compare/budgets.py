@@ -1,5 +1,8 @@
 """Budgets: `STAGE.METRIC<=VALUE` (also <, >=, >) and regressions `STAGE.METRIC=10%`.
 
+`serving.METRIC` holds a batched server's figures (SERVING_METRICS: requests_per_s, mean_batch,
+queue_p50_ms, ...), e.g. `serving.requests_per_s>=100`, `serving.queue_p99_ms<=20`.
+
 Budget files hold one budget per line (`#` starts a comment), or, when the name ends in
 `.toml`, a `[budgets]` table of `"STAGE.METRIC" = "<=VALUE"` strings. Errors name the budget,
 and in a file `FILE:LINE`.
@@ -15,8 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.compare.metrics import STAGE_METRICS, RunMetrics
+from tracekit.compare.metrics import SERVING_METRICS, STAGE_METRICS, RunMetrics
 from tracekit.errors import ConfigError
+
+SERVING = "serving"  # the pseudo-stage of SERVING_METRICS
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt,
@@ -75,10 +80,12 @@ def _number(text: str, where: str, budget: str) -> float:
         raise ConfigError(f"{where}: budget {budget!r}: {text!r} is not a number") from None
 
 
-def _metric(metric: str, where: str, budget: str) -> None:
-    if metric not in STAGE_METRICS:
+def _metric(metric: str, where: str, budget: str, stage: str = "") -> None:
+    known = SERVING_METRICS if stage == SERVING else STAGE_METRICS
+    if metric not in known:
         raise ConfigError(f"{where}: budget {budget!r}: unknown metric {metric!r} "
-                          f"(known: {' '.join(STAGE_METRICS)})")  # fmt: skip
+                          f"(known{' for serving' if stage == SERVING else ''}: "
+                          f"{' '.join(known)})")  # fmt: skip
 
 
 def parse_budget(text: str, source: str = "--budget") -> Budget:
@@ -88,7 +95,7 @@ def parse_budget(text: str, source: str = "--budget") -> Budget:
         raise ConfigError(f"{source}: malformed budget {text!r} "
                           "(want STAGE.METRIC<=VALUE, e.g. inference.p99_ms<=50)")  # fmt: skip
     stage, metric, op, value = m.groups()
-    _metric(metric, source, text)
+    _metric(metric, source, text, stage)
     return Budget(text.strip(), stage, metric, op, _number(value, source, text), source=source)
 
 
@@ -99,7 +106,7 @@ def parse_regression(text: str, source: str = "--max-regression") -> Budget:
         raise ConfigError(f"{source}: malformed regression {text!r} "
                           "(want STAGE.METRIC=PERCENT%, e.g. inference.p99_ms=10%)")  # fmt: skip
     stage, metric, value, pct = m.groups()
-    _metric(metric, source, text)
+    _metric(metric, source, text, stage)
     limit = _number(value, source, text)
     if limit < 0:
         raise ConfigError(f"{source}: regression {text!r}: the allowance must be >= 0")
@@ -154,6 +161,11 @@ def evaluate(budget: Budget, metrics: RunMetrics, baseline: RunMetrics | None = 
 
 
 def _value(budget: Budget, metrics: RunMetrics, what: str) -> float:
+    if budget.stage == SERVING:
+        if metrics.serving is None:
+            raise ConfigError(f"{budget.source}: budget {budget.text!r}: {what} has no served "
+                              "requests (no tracekit.batch ranges)")  # fmt: skip
+        return metrics.serving[budget.metric]
     s = metrics.stage(budget.stage)
     if s is None:
         known = ", ".join(x.stage for x in metrics.stages) or "none"

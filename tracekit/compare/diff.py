@@ -17,7 +17,7 @@ import numpy as np
 
 from tracekit.compare.headline import headline
 from tracekit.compare.items import MIN_CHANGE, diff_items, work_unit
-from tracekit.compare.metrics import DeviceBusy, RunMetrics, load_side
+from tracekit.compare.metrics import SERVING_METRICS, DeviceBusy, RunMetrics, load_side
 from tracekit.compare.result import (
     DeviceDelta,
     DiffResult,
@@ -154,6 +154,13 @@ def _devices(b: RunMetrics, a: RunMetrics) -> tuple[DeviceDelta, ...]:
     return tuple(out)
 
 
+def _serving_deltas(b: RunMetrics, a: RunMetrics) -> tuple[MetricDelta, ...]:
+    """A batched server's figures (SERVING_METRICS), when both sides served requests."""
+    if b.serving is None or a.serving is None:
+        return ()
+    return tuple(_delta(k, b.serving[k], a.serving[k]) for k in SERVING_METRICS)
+
+
 def compare_metrics(
     b: RunMetrics,
     a: RunMetrics,
@@ -183,11 +190,20 @@ def compare_metrics(
         b.ops, a.ops, o_unit, [r.ops for r in b_runs], [r.ops for r in a_runs], min_change
     )
     devices = _devices(b, a)
+    serving = _serving_deltas(b, a)
     return DiffResult(
         baseline=_side(b),
         candidate=_side(a),
         headline=headline(
-            stages, kernels, ops, k_unit, o_unit, devices, min_change, (b.gpu_names, a.gpu_names)
+            stages,
+            kernels,
+            ops,
+            k_unit,
+            o_unit,
+            devices,
+            min_change,
+            (b.gpu_names, a.gpu_names),
+            serving,
         ),
         stages=stages,
         ops=ops,
@@ -197,6 +213,7 @@ def compare_metrics(
         throughput=(
             _delta("rps_request_time", b.rps_request_time, a.rps_request_time),
             _delta("rps_span", b.rps_span, a.rps_span),
+            *serving,
         ),
         gpu=(
             _delta("gpu_busy_ms", b.gpu_busy_ms, a.gpu_busy_ms),

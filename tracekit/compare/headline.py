@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 
 from tracekit.compare.items import ItemDelta, Unit
-from tracekit.compare.result import DeviceDelta, Headline, StageDelta
+from tracekit.compare.result import DeviceDelta, Headline, MetricDelta, StageDelta
 
 MAX_ENTRIES = 3
 KEEP_FRACTION = 0.1
@@ -114,6 +114,25 @@ def _item_sentence(i: ItemDelta, kind: str, unit: Unit) -> str:
             f"{_ms(i.after_max_ms)} ms)"
         )
     return text + f"; within noise{ci}{tail}."
+
+
+def _serving_sentence(serving: Sequence[MetricDelta]) -> str:
+    """'Served: 38.2 → 105.9 requests/s (×2.77); queue p50 0.41 → 6.46 ms, p99 ...'."""
+    m = {d.metric: d for d in serving}
+
+    def move(key: str, unit: str, digits: int) -> str:
+        d = m[key]
+        if d.before is None or d.after is None:
+            return "–"
+        ratio = f" (×{d.after / d.before:.2f})" if d.before else ""
+        return f"{d.before:,.{digits}f} → {d.after:,.{digits}f}{unit}{ratio}"
+
+    return (
+        f"Served: {move('requests_per_s', ' requests/s', 1)}; queue p50 "
+        f"{move('queue_p50_ms', ' ms', 2)}, p99 {move('queue_p99_ms', ' ms', 2)}; end-to-end "
+        f"p50 {move('end_to_end_p50_ms', ' ms', 2)}, p99 {move('end_to_end_p99_ms', ' ms', 2)}; "
+        f"mean batch {move('mean_batch', '', 1)}."
+    )
 
 
 def _context(
@@ -227,6 +246,7 @@ def headline(
     devices: Sequence[DeviceDelta],
     min_change: float,
     gpus: tuple[Sequence[str], Sequence[str]] = ((), ()),
+    serving: Sequence[MetricDelta] = (),
 ) -> Headline:
     """The headline of a diff (see the module docstring)."""
     cands: list[tuple[float, str, bool]] = []
@@ -251,6 +271,8 @@ def headline(
     entries = [c for c in cands[:MAX_ENTRIES] if abs(c[0]) >= KEEP_FRACTION * abs(cands[0][0])]
     note = _note(kernels, ops, any(c[2] for c in entries), min_change, (k_unit, o_unit))
     context = _context(stages, devices, k_unit, kernels)
+    if serving:
+        context = _serving_sentence(serving) + " " + context
     if gpus[0] and gpus[1] and set(gpus[0]) != set(gpus[1]):
         context += (
             f" The sides ran on different GPUs ({', '.join(gpus[0])} vs {', '.join(gpus[1])}):"

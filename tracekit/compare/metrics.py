@@ -21,8 +21,12 @@ from tracekit.store.stages import StageRule
 from tracekit.store.traceset import TraceSet, open_traces
 
 STAGE_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms", "share", "count")
+# a batched server's figures (queries serving_throughput and serving_waterfall), by name
+SERVING_METRICS = ("requests_per_s", "mean_batch", "queue_p50_ms", "queue_p99_ms",
+                   "end_to_end_p50_ms", "end_to_end_p99_ms")  # fmt: skip
 
 __all__ = [
+    "SERVING_METRICS",
     "STAGE_METRICS",
     "DeviceBusy",
     "ItemStats",
@@ -146,6 +150,8 @@ class RunMetrics:
     views: tuple[str, ...] = ()  # one line per run: which trace gave which figures
     gpu_names: tuple[str, ...] = ()  # GPU models the GPU view's traces record
     samples: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    # SERVING_METRICS of a trace with tracekit.batch ranges (None: no served requests)
+    serving: dict[str, float] | None = None
 
     def stage(self, name: str) -> StageStats | None:
         return next((s for s in self.stages if s.stage == name), None)
@@ -208,6 +214,29 @@ def _stage_part(ts: TraceSet) -> tuple[tuple[StageStats, ...], dict[str, np.ndar
             samples[name] = values
             stages.append(_sample_stats(name, values))
     return tuple(stages), {k: np.asarray(v, dtype=np.float64) for k, v in samples.items()}
+
+
+def _serving(ts: TraceSet) -> dict[str, float] | None:
+    """SERVING_METRICS of the served requests (summed over the traces of the view: requests/s
+    of each trace added, percentiles of the first trace that has any)."""
+    out: dict[str, float] | None = None
+    for t in (r["trace_id"] for r in ts.sql("SELECT trace_id FROM traces ORDER BY 1").to_dicts()):
+        parts = {r["part"]: r for r in ts.query_dicts("serving_waterfall", trace_id=t)}
+        if not parts:
+            continue
+        (tp,) = ts.query_dicts("serving_throughput", trace_id=t)
+        if out is not None:
+            out["requests_per_s"] += float(tp["requests_per_s"] or 0.0)
+            continue
+        out = {
+            "requests_per_s": float(tp["requests_per_s"] or 0.0),
+            "mean_batch": float(tp["mean_batch"] or 0.0),
+            "queue_p50_ms": float(parts["queue"]["p50_ms"]),
+            "queue_p99_ms": float(parts["queue"]["p99_ms"]),
+            "end_to_end_p50_ms": float(parts["end_to_end"]["p50_ms"]),
+            "end_to_end_p99_ms": float(parts["end_to_end"]["p99_ms"]),
+        }
+    return out
 
 
 def _kernels(rows: list[dict[str, Any]], multi_trace: bool) -> tuple[ItemStats, ...]:
@@ -292,6 +321,7 @@ def extract_run(
 
     try:
         stages, samples = _stage_part(ts(views.requests))
+        serving = _serving(ts(views.requests))
         req = _rows(ts(views.requests), "compare_gpu_busy")
         gpu_over = _rows(ts(views.gpu), "compare_gpu_busy")
         multi = len(gpu_over) > 1
@@ -320,6 +350,7 @@ def extract_run(
         views=tuple(v for v in (views.describe(),) if v),
         gpu_names=tuple(sorted({n for r in gpu_over for n in r["gpu_names"].split(", ") if n})),
         samples=samples,
+        serving=serving,
     )
 
 
@@ -392,7 +423,15 @@ def pool(
         views=tuple(v for m in runs for v in m.views),
         gpu_names=tuple(sorted({n for m in runs for n in m.gpu_names})),
         samples=samples,
+        serving=_pool_serving([m.serving for m in runs]),
     )
+
+
+def _pool_serving(per_run: Sequence[dict[str, float] | None]) -> dict[str, float] | None:
+    """The runs' serving figures, each the mean over the runs (None unless every run has them)."""
+    if not per_run or any(s is None for s in per_run):
+        return None
+    return {k: sum(s[k] for s in per_run if s) / len(per_run) for k in SERVING_METRICS}
 
 
 def load_side(

@@ -137,6 +137,12 @@ def _throughput_section(d: DiffResult) -> Section:
     labels = {
         "rps_request_time": "requests/s (of summed request time)",
         "rps_span": "requests/s (of trace span)",
+        "requests_per_s": "served requests/s (first arrival to last response)",
+        "mean_batch": "mean batch size",
+        "queue_p50_ms": "queue p50 ms (arrival to batch start)",
+        "queue_p99_ms": "queue p99 ms",
+        "end_to_end_p50_ms": "served end-to-end p50 ms",
+        "end_to_end_p99_ms": "served end-to-end p99 ms",
     }
     rows = tuple(
         (

@@ -84,7 +84,7 @@ class DiffResult:
     kernels: tuple[ItemDelta, ...]
     ops_unit: Unit
     kernels_unit: Unit
-    throughput: tuple[MetricDelta, ...]  # rps_request_time, rps_span
+    throughput: tuple[MetricDelta, ...]  # rps_request_time, rps_span (+ SERVING_METRICS)
     gpu: tuple[MetricDelta, ...]  # gpu_busy_ms (any device), gpu_utilization
     devices: tuple[DeviceDelta, ...]
     min_change: float

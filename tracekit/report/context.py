@@ -17,6 +17,8 @@ from tracekit import roofline
 from tracekit.errors import TraceFormatError
 from tracekit.redact import redact_value
 from tracekit.report import charts
+from tracekit.report.batched import served, serving_split
+from tracekit.report.batched import serving_sentence as batched_sentence
 from tracekit.report.capture_paths import relative_paths
 from tracekit.report.figures import figures, rounded
 from tracekit.report.finding import Finding
@@ -313,6 +315,8 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             "window: annotate with tracekit.request()/stage() or pass --stage NAME=REGEX."
         )
     sentence += _gpu_tail_words(reqs, overview.get("request_source") == "window")
+    if served(q):  # a batched server: its waterfall, not stage totals spread over requests
+        sentence, split = batched_sentence(q), serving_split(q)
     # one request, or windows that are not requests: no percentiles
     many = e2e is not None and e2e["count"] > 1 and overview.get("request_source") != "window"
     return Answer(
@@ -356,6 +360,9 @@ def _request_values(reqs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, f
 def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
     q = run_queries(ts, trace_id, top_n)
     findings = evaluate({**q, "top_ops": q["top_ops_all"]})
+    if served(q):  # a served request's time outside stages is its queue and hand-back, which
+        # the serving section shows: not code left unannotated
+        findings = [f for f in findings if f.id != "low_request_coverage"]
     answer = _answer(q)
     values, order = _request_values(q["request_breakdown"])
     # largest stages first, so the ones the split bar names get distinct colours

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from tracekit.report.batched import served, serving_figures
 from tracekit.report.finding import Finding
 from tracekit.report.model import Answer
 from tracekit.report.serving import generation
@@ -198,6 +199,7 @@ def figures(
                 if r["events"] or r["allocated_bytes"] is not None
             ],
         },
+        **({"serving": serving_figures(q)} if served(q) else {}),  # batched servers only
         "findings": [
             {
                 "id": f.id,

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.report import charts, memory, roofline_section
+from tracekit.report.batched import served
+from tracekit.report.batched import serving_sentence as batched_sentence
 
 Rows = Sequence[Mapping[str, Any]]
 Columns = tuple[tuple[str, str], ...]
@@ -227,6 +229,16 @@ OVERVIEW_COLS = (
 )
 
 MODEL_COLS = roofline_section.MODEL_COLS
+SERVING_COLS = (
+    ("part", "Part"),
+    ("requests", "Requests"),
+    ("mean_ms", "Mean ms"),
+    ("p50_ms", "p50 ms"),
+    ("p90_ms", "p90 ms"),
+    ("p99_ms", "p99 ms"),
+    ("max_ms", "Max ms"),
+    ("share", "Share of e2e"),
+)
 NEST_COLS = (("parent", "Nested in"), ("share_of_parent", "Share of parent"))
 OPS_VIA_COLS = (("via", "In nested stage"),)
 PY_COLS = (("stage", "Stage"), ("rank", "#"), ("name", "Function"), ("kind", "Kind"),
@@ -359,6 +371,13 @@ def _memory_charts(laid: Laid) -> Sequence[charts.Chart]:
 SECTIONS: tuple[Section, ...] = (
     Section("overview", "Trace", "trace_overview", "file, format, span_ms, devices",
             OVERVIEW_COLS),
+    Section("serving", "Served requests: queue, batch stages, hand-back", "serving_waterfall",
+            "serving", SERVING_COLS,
+            note=lambda laid: batched_sentence(laid.q) + " Per request: queue = arrival -> its "
+                 "batch starts; the batch's stages (each belongs to every request of the "
+                 "batch); hand-back = batch end -> response (queries/serving_requests.sql).",
+            shown=lambda laid: served(laid.q),
+            pinned=lambda laid: 1),
     Section("stages", "Stages", "stage_summary", "stages, requests.end_to_end", _stage_columns,
             rows=_stage_rows,
             note="Statistics across requests of per-request stage totals; percentiles are "
@@ -425,4 +444,5 @@ SECTIONS: tuple[Section, ...] = (
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
                  "host_waits", "request_timeline", "gpu_timeline", "program_kind",
                  "blocking_calls", "stage_host_waits", "graph_replay",
-                 "generation_requests", "sequence_lengths", "memory_timeline")  # fmt: skip
+                 "generation_requests", "sequence_lengths", "memory_timeline",
+                 "serving_throughput")  # fmt: skip

@@ -35,12 +35,22 @@ from tracekit.store.stages import StageRule, rules_digest
 from tracekit.structures import effective_structures, structures_digest
 from tracekit.version import __version__
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 CACHE_SUFFIX = ".tracekit.duckdb"  # the caches older versions wrote beside a trace
-TABLES = ("traces", "threads", "events", "stages", "requests", "attributes", "gpu_islands")
+TABLES = (
+    "traces",
+    "threads",
+    "events",
+    "stages",
+    "requests",
+    "attributes",
+    "gpu_islands",
+    "batches",
+    "request_batches",
+)
 # Tables added since the first version: a store or export without one is an older tracekit's
 # (refused in one line, see older_schema_problem), not something else.
-ADDED_TABLES = ("gpu_islands",)
+ADDED_TABLES = ("gpu_islands", "batches", "request_batches")
 DUCKDB_MAGIC_OFFSET = 8
 
 

@@ -107,6 +107,7 @@ CREATE OR REPLACE TEMP TABLE _stage_ranges AS
 SELECT event_id, substr(name, 10) AS stage, start_ns, end_ns, pid, tid, 'annotated' AS source
 FROM _events_raw
 WHERE kind = 'range' AND name LIKE 'tracekit:%' AND name <> 'tracekit:request'
+  AND name NOT LIKE 'tracekit:request[%' AND name NOT LIKE 'tracekit:batch[%'  -- (serving)
   AND tid IS NOT NULL AND length(name) > 9
 UNION ALL
 -- A hit is dropped when another hit of its stage and thread contains it (the same interval:
@@ -218,11 +219,14 @@ FROM (SELECT event_id, batch_size FROM _structure_hits WHERE span IS NULL AND wi
 WHERE h.batch_size IS NOT NULL AND h.event_id IN (SELECT event_id FROM _stage_ranges);
 
 -- name: requests
--- 4. Requests: tracekit:request ranges; else ProfilerStep#N; else one request per run of
--- stages that starts again each time the first stage name recurs.
+-- 4. Requests: tracekit:request ranges (tracekit:request[<id>] for served requests, which
+-- may overlap); else ProfilerStep#N; else one request per run of stages that starts again each
+-- time the first stage name recurs.
 CREATE OR REPLACE TEMP TABLE _req_ranges AS
 SELECT event_id, start_ns, end_ns, pid, tid, 'tracekit:request' AS source
-FROM _events_raw WHERE kind = 'range' AND name = 'tracekit:request' AND tid IS NOT NULL;
+FROM _events_raw
+WHERE kind = 'range' AND (name = 'tracekit:request' OR name LIKE 'tracekit:request[%]')
+  AND tid IS NOT NULL;
 
 INSERT INTO _req_ranges
 SELECT event_id, start_ns, end_ns, pid, tid, 'ProfilerStep'
@@ -584,6 +588,41 @@ SELECT l.event_id, l.launch_id, NULL, NULL, la.stage, la.request_id, o.op_id
 FROM _launch l
 LEFT JOIN _host_attr la ON la.event_id = l.launch_id
 LEFT JOIN _op_names o ON o.launch_op = l.launch_op;
+
+-- name: batches
+-- 7. Batches: tracekit:batch[<id>,<id>,...] ranges (tracekit.batch), each serving the
+-- requests whose tracekit:request[<id>] range carries one of its ids. A batch's member whose
+-- id names no request range keeps request_id NULL; an id that several request ranges carry
+-- goes to the one that started last at or before the batch started (else the nearest one).
+DELETE FROM batches;
+DELETE FROM request_batches;
+INSERT INTO batches
+SELECT 1, row_number() OVER (ORDER BY start_ns, event_id), start_ns, end_ns, end_ns - start_ns,
+       len(string_split(substr(name, 16, length(name) - 16), ',')), pid, tid, event_id
+FROM _events_raw
+WHERE kind = 'range' AND name LIKE 'tracekit:batch[%]' AND tid IS NOT NULL;
+
+INSERT INTO request_batches
+WITH members AS (
+    SELECT b.batch_id, b.start_ns, m.request_key, m.position
+    FROM batches b JOIN _events_raw e USING (event_id),
+         LATERAL (SELECT unnest(string_split(substr(e.name, 16, length(e.name) - 16), ','))
+                         AS request_key,
+                         generate_subscripts(string_split(substr(e.name, 16,
+                                                              length(e.name) - 16), ','), 1)
+                         AS position) m
+), keyed AS (
+    SELECT r.request_id, r.start_ns, substr(e.name, 18, length(e.name) - 18) AS request_key
+    FROM requests r JOIN _events_raw e USING (event_id)
+    WHERE e.name LIKE 'tracekit:request[%]'
+), matched AS (
+    SELECT m.batch_id, m.request_key, m.position,
+           arg_max(k.request_id, (k.start_ns <= m.start_ns, -abs(m.start_ns - k.start_ns)))
+               AS request_id
+    FROM members m LEFT JOIN keyed k USING (request_key)
+    GROUP BY ALL
+)
+SELECT 1, batch_id, position, request_key, request_id FROM matched;
 
 -- name: writing_events
 -- The commit of this insert checkpoints: it writes the rows to the file once, compressed,

@@ -1,4 +1,4 @@
--- tracekit normalized store, schema version 5.
+-- tracekit normalized store, schema version 6.
 -- Every time is integer nanoseconds. Bump SCHEMA_VERSION in tracekit/store/build.py when this changes:
 -- caches written under another version are rebuilt, never migrated in place.
 
@@ -104,4 +104,27 @@ CREATE TABLE IF NOT EXISTS gpu_islands (
     start_ns       BIGINT NOT NULL,
     end_ns         BIGINT NOT NULL,
     busy_before_ns BIGINT NOT NULL    -- the device's busy time before start_ns
+);
+
+-- Served requests and the batches that served them (tracekit.batch / tracekit.request(id=...)):
+-- one row per batch range, and one per (batch, member). Stages inside a batch's interval on its
+-- thread belong to each of its requests (queries/serving_requests.sql).
+CREATE TABLE IF NOT EXISTS batches (
+    trace_id   INTEGER NOT NULL,
+    batch_id   BIGINT NOT NULL,       -- 1-based, in start order
+    start_ns   BIGINT NOT NULL,
+    end_ns     BIGINT NOT NULL,
+    dur_ns     BIGINT NOT NULL,
+    size       INTEGER NOT NULL,      -- request ids the batch names
+    pid        BIGINT,
+    tid        BIGINT,
+    event_id   BIGINT NOT NULL        -- the tracekit:batch[...] range
+);
+
+CREATE TABLE IF NOT EXISTS request_batches (
+    trace_id    INTEGER NOT NULL,
+    batch_id    BIGINT NOT NULL,
+    position    INTEGER NOT NULL,     -- 1-based place of the request in the batch's id list
+    request_key VARCHAR NOT NULL,     -- the id given to tracekit.request(id=...) / batch([...])
+    request_id  BIGINT                -- requests.request_id whose range carries that id (NULL: none)
 );
