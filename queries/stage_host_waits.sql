@@ -14,7 +14,8 @@ WITH waits AS (
     SELECT event_id, name, stage, pid, tid, start_ns, end_ns, dur_ns, parent_id FROM events
     WHERE trace_id = $trace_id AND kind = 'runtime' AND tid IS NOT NULL AND stage IS NOT NULL
       AND (name ILIKE '%synchronize%'
-           OR regexp_full_match(name, '(cuda|hip)Memcpy(WithStream|2D|3D|DtoH|HtoD|DtoD)?|cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?'))
+           OR regexp_matches(name,
+                             '^((cuda|hip)Memcpy(WithStream|2D|3D|DtoH|HtoD|DtoD)?|cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?)$'))
 ), top_ops AS (  -- operators with no operator around them: they never overlap on a thread
     SELECT o.pid, o.tid, o.start_ns, o.end_ns, tk_op_name(o.name) AS op
     FROM events o LEFT JOIN events p ON p.trace_id = o.trace_id AND p.event_id = o.parent_id

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -382,9 +383,16 @@ def _build(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
 
 def _build_in(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
               memory_limit: str, key: dict[str, str]) -> IngestResult:  # fmt: skip
-    fd, tmp = cache.temp_beside(out)
     background = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    tmp: Path | None = None
+    # Ctrl-C is held while the temp file is made, so that it lands inside the try below (which
+    # removes the file) and never between the file's creation and the try (seen: a .tmp left).
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
+        try:
+            fd, tmp = cache.temp_beside(out)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held Ctrl-C raises here
         os.close(fd)
         tmp.unlink()  # DuckDB wants to create the file itself
         # Beside the ingest: the imports the build would otherwise wait for on this thread,
@@ -394,7 +402,8 @@ def _build_in(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
         con = connect(str(tmp))
     except BaseException:  # (Ctrl-C while DuckDB creates the file, say)
         background.shutdown(wait=False)
-        _discard(tmp)
+        if tmp is not None:
+            _discard(tmp)
         raise
     try:
         con.execute("SET preserve_insertion_order = false")
@@ -441,8 +450,8 @@ def _build_in(source: Path, out: Path, rules: list[StageRule], fmt: TraceFormat,
 
 def _bound_strings(con: duckdb.DuckDBPyConnection, info: TraceInfo) -> None:
     """Cut names past bounded_strings.MAX_CHARS before derive copies them (see there)."""
-    staged = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = $t", {"t": STAGING_TABLE}
+    staged = execute(  # (literals: a bound Python value imports pandas where installed)
+        con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = $t", {"t": STAGING_TABLE}
     ).fetchone()
     n = cut_staged(con, STAGING_TABLE if staged and staged[0] else "events", 1)
     if n:
