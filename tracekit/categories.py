@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from tracekit.config import CONFIG_NAME
+from tracekit.config import read_config
 from tracekit.errors import ConfigError
 from tracekit.store.literals import row_literal
 
@@ -69,14 +69,8 @@ def builtin_rules() -> tuple[CategoryRule, ...]:
 
 def user_rules(directory: Path | None = None) -> list[CategoryRule]:
     """[[category]] tables of tracekit.toml in `directory` (default: the working directory)."""
-    path = (directory or Path.cwd()) / CONFIG_NAME
-    if not path.is_file():
-        return []
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read ({e})") from None
-    return parse_categories(text, str(path))
+    found = read_config(directory)
+    return parse_categories(*found) if found else []
 
 
 @cache

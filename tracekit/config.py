@@ -23,6 +23,18 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tracekit"
 
 
+def read_config(directory: Path | None = None) -> tuple[str, str] | None:
+    """(text, path) of tracekit.toml in `directory` (default: the working directory), or None
+    when there is none; the one reader of it for stage rules, categories, devices, structures."""
+    path = (directory or Path.cwd()) / CONFIG_NAME
+    if not path.is_file():
+        return None
+    try:
+        return path.read_text(), str(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read ({e})") from None
+
+
 def parse_size(text: str, what: str = "size") -> int:
     """'500MB', '2G', '1.5GiB', '1048576' -> bytes."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)

@@ -15,7 +15,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from tracekit.config import CONFIG_NAME
+from tracekit.config import read_config
 from tracekit.errors import ConfigError
 
 DTYPE_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -75,14 +75,8 @@ def builtin_devices() -> tuple[DevicePeak, ...]:
 
 
 def user_devices(directory: Path | None = None) -> list[DevicePeak]:
-    path = (directory or Path.cwd()) / CONFIG_NAME
-    if not path.is_file():
-        return []
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read ({e})") from None
-    return parse_devices(text, str(path))
+    found = read_config(directory)
+    return parse_devices(*found) if found else []
 
 
 def find_device(name: str | None, directory: Path | None = None) -> DevicePeak | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from tracekit.config import CONFIG_NAME
+from tracekit.config import read_config
 from tracekit.errors import ConfigError
 from tracekit.store.literals import row_literal
 
@@ -127,14 +127,8 @@ def builtin_structures() -> tuple[StructureStage, ...]:
 
 def user_structures(directory: Path | None = None) -> list[StructureStage]:
     """[[structure]] tables of tracekit.toml in `directory` (default: the working directory)."""
-    path = (directory or Path.cwd()) / CONFIG_NAME
-    if not path.is_file():
-        return []
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read ({e})") from None
-    return parse_structures(text, str(path))
+    found = read_config(directory)
+    return parse_structures(*found) if found else []
 
 
 def effective_structures() -> list[StructureStage]:
