@@ -6,10 +6,11 @@
 -- it. training: a backward pass or an optimizer step (host ops/ranges/frames named *backward*,
 -- Optimizer.step, or kernels of a backward pass: *backward*, wgrad, dgrad, bn_bw);
 -- inference: framework or engine work without any of those (aten:: ops, nn.Module frames,
--- TensorRT/engine ranges, or ML kernel families: GEMM, attention, convolution, normalization);
+-- TensorRT/engine ranges, stages named inference/forward/prefill/decode/generate, or ML
+-- kernel families: GEMM, attention, convolution, normalization);
 -- other: neither (an HPC or sample program). multi_rank: the trace holds communication
 -- kernels (NCCL/RCCL), GPU work on several devices, MPI ranges (MPI_Send, MPI_Init ...), or
--- its store holds several ranks. graph_kernels: kernels replayed by a
+-- its store holds traces of several distributed ranks. graph_kernels: kernels replayed by a
 -- cudaGraphLaunch/hipGraphLaunch; fused_attention_kernels: kernels of the attention family
 -- named by the kernel itself (flash, FMHA, paged, Sage).
 WITH host AS (
@@ -25,6 +26,10 @@ WITH host AS (
 ), framework AS (
     SELECT count(*) AS n FROM host
     WHERE name LIKE 'aten::%' OR name LIKE 'nn.Module:%' OR name ILIKE '%enqueue%'
+), served AS (  -- stages that name inference work (annotated, by rule or by a structure)
+    SELECT count(*) AS n FROM stages
+    WHERE trace_id = $trace_id
+      AND regexp_matches(lower(stage), '^(inference|forward|prefill|decode|generate|generation)$')
 ), act AS (
     SELECT category, count(*) AS n FROM tk_gpu_activity($trace_id) WHERE kind = 'kernel'
     GROUP BY category
@@ -38,8 +43,9 @@ WITH host AS (
     WHERE trace_id = $trace_id AND kind = 'kernel'
       AND regexp_matches(tk_kernel_signature(name),
                          '(?i)^(pytorch_)?flash|^\w*fmha|^\w*paged_attention|^sage_fwd|^\w*flash_(fwd|bwd)|^([a-z0-9_]+::)*(flash_fwd|fmha|mha_fwd)')
-), ranks AS (
-    SELECT count(*) AS n FROM traces
+), ranks AS (  -- ranks the traces say they are (an nsys and a Kineto view of one run, or a
+    -- before/after pair, are several traces but not several ranks)
+    SELECT count(DISTINCT rank) AS n FROM traces WHERE rank IS NOT NULL
 ), mpi AS (
     SELECT count(*) AS n FROM host WHERE regexp_matches(name, '^(MPI:)?MPI_(Send|Recv|Isend|Irecv|Allreduce|Bcast|Init)')
 ), gpus AS (
@@ -48,7 +54,7 @@ WITH host AS (
 )
 SELECT $trace_id::INTEGER AS trace_id,
        CASE WHEN b.n > 0 OR bk.n > 0 THEN 'training'
-            WHEN f.n > 0 OR coalesce((SELECT sum(n) FROM act
+            WHEN f.n > 0 OR sv.n > 0 OR coalesce((SELECT sum(n) FROM act
                                       WHERE category IN ('GEMM', 'attention', 'convolution',
                                                          'normalization')), 0) > 0
                 THEN 'inference'
@@ -56,6 +62,7 @@ SELECT $trace_id::INTEGER AS trace_id,
        CASE WHEN b.n > 0 THEN b.n || ' backward/optimizer host events (e.g. ' || b.name || ')'
             WHEN bk.n > 0 THEN bk.n || ' backward kernels (e.g. ' || left(bk.name, 60) || ')'
             WHEN f.n > 0 THEN f.n || ' framework/engine ops, no backward pass or optimizer step'
+            WHEN sv.n > 0 THEN sv.n || ' inference stage ranges, no backward pass or optimizer step'
             ELSE 'no framework ops and no backward pass' END AS kind_evidence,
        coalesce((SELECT n FROM act WHERE category = 'communication'), 0) > 0
            OR (SELECT n FROM ranks) > 1 OR (SELECT n FROM gpus) > 1 OR (SELECT n FROM mpi) > 0
@@ -70,5 +77,5 @@ SELECT $trace_id::INTEGER AS trace_id,
        g.launches AS graph_launches, g.kernels AS graph_kernels,
        coalesce((SELECT sum(n) FROM act), 0)::BIGINT AS kernels,
        fu.n AS fused_attention_kernels
-FROM backward b, bw_kernels bk, framework f, graph g, fused fu
+FROM backward b, bw_kernels bk, framework f, served sv, graph g, fused fu
 ORDER BY trace_id;
