@@ -44,8 +44,8 @@ SENTENCE_STAGES = 6  # stages named in the answer sentence when there are more (
 ENV_KEYS = {"env", "environ", "environment", "environment_variables"}
 
 
-SHOWN_ROWS = 15  # a long table shows its top rows; the rest render on "show all"
-FOLD_OVER = 20  # ... when it has more rows than this (hiding 1-5 rows saves nothing)
+SHOWN_ROWS = 10  # a long table shows its top rows; the rest render on "show all"
+FOLD_OVER = 12  # ... when it has more rows than this (hiding 1-5 rows saves nothing)
 IDENTIFIERS = {"rank", "device", "stream", "pid", "tid", "bin", "lane"}  # ints that are names
 
 
