@@ -103,13 +103,19 @@ def check_percentiles(trace: Path, log: dict) -> None:
     assert {r["request_key"]: r["batch_id"] for r in per_request} == {
         str(r["request"]): r["batch"] for r in log["requests"]
     }
-    for part, query_part in (("queue", "queue"), ("end_to_end", "end_to_end")):
-        mine = [float(r[f"{part}_ms"]) for r in log["requests"]]
-        for q, col in ((0.5, "p50_ms"), (0.99, "p99_ms")):
-            expected = quantile(mine, q)
-            got = parts[query_part][col]
-            assert abs(got - expected) <= tolerance(expected), (trace.name, part, col, got,
-                                                                 expected)  # fmt: skip
+    # Request by request against the server's clock: the median difference within the bar
+    # (a wrong definition moves every pair), and nine in ten pairs within it (a loaded machine
+    # stalls a few threads between the server's clock read and the range: seen, 0.7 ms at p50
+    # beside a Spark JVM; a p50/p99 of 40 values moves with them).
+    traced = {r["request_key"]: r for r in per_request}
+    for part in ("queue", "end_to_end"):
+        pairs = [(float(traced[str(r["request"])][f"{part}_ms"]), float(r[f"{part}_ms"]))
+                 for r in log["requests"]]  # fmt: skip
+        bias = quantile([t - o for t, o in pairs], 0.5)
+        p50 = quantile([o for _, o in pairs], 0.5)
+        assert abs(bias) <= tolerance(p50), (trace.name, part, bias, p50, pairs)
+        close = sum(abs(t - o) <= tolerance(o) for t, o in pairs) / len(pairs)
+        assert close >= 0.9, (trace.name, part, close, pairs)
     # the parts add up to the end-to-end time
     assert sum(r["share"] for p, r in parts.items() if p != "end_to_end") == pytest.approx(1.0)
 
@@ -137,9 +143,17 @@ def check_throughput(trace: Path, log: dict) -> None:
     e2e = sorted(r["end_to_end_ms"] for r in requests)
     slo = quantile(e2e, 0.5)
     within = sum(v <= slo for v in e2e) / len(e2e)
-    near = sum(abs(v - slo) <= 0.3 for v in e2e) / len(e2e)
     with tracekit.open(trace) as t:
         (good,) = t.query_dicts("serving_throughput", trace_id=1, warmup=CLIENTS, slo_ms=slo)
+        rows = t.query_dicts("serving_requests", trace_id=1, warmup=CLIENTS)
+    traced = {r["request_key"]: float(r["end_to_end_ms"]) for r in rows}
+    # give or take the requests whose two clocks fall either side of the SLO: those nearer to
+    # it than their own trace-vs-clock difference (at least 0.3 ms)
+    near = sum(
+        abs(r["end_to_end_ms"] - slo)
+        <= max(0.3, abs(traced[str(r["request"])] - r["end_to_end_ms"]))
+        for r in requests
+    ) / len(requests)
     assert abs(good["within_slo"] - within) <= near, (good, within, near)
     assert good["goodput_per_s"] == pytest.approx(good["within_slo"] * row["requests_per_s"])
 
