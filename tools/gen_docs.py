@@ -123,11 +123,12 @@ def sections_table() -> str:
 def model_table() -> str:
     import dataclasses
 
+    from tracekit import present_table as table
     from tracekit.report import model
 
     out = []
-    for cls in (model.ReportContext, model.TraceReport, model.Answer, model.Table,
-                model.Column, model.Cell):  # fmt: skip
+    for cls in (model.ReportContext, model.TraceReport, model.Answer, table.Table,
+                table.Column, table.Cell):  # fmt: skip
         fields = (f"`{f.name}` {f.metadata.get('help', '')}" for f in dataclasses.fields(cls))
         out.append(f"- `{cls.__name__}`: " + "; ".join(fields) + "\n")
     return "".join(out)

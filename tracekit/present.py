@@ -1,5 +1,6 @@
 """What every rendered page shares, report and diff alike: the one jinja environment, the
-escapers for Markdown and the terminal, and the inline scripts' Content-Security-Policy hashes.
+escapers for Markdown and the terminal, a table (tracekit.present_table) as Markdown, and the
+inline scripts' Content-Security-Policy hashes.
 
 Trace strings (kernel names, NVTX text) are untrusted: HTML is autoescaped by the environment,
 Markdown cells and terminal text go through `md_cell` and `term_text`.
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import jinja2
+
+    from tracekit.present_table import Table
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # (ESC sequences: shown as \xNN, never raw)
 _MD_SPECIAL = ("\\", "|", "<", ">", "`", "[", "]", "*", "~")
@@ -40,10 +43,19 @@ def md_cell(value: object) -> str:
     return term_text(_OPENING_UNDERSCORE.sub(r"\\_", text))
 
 
+def md_table(t: Table) -> str:
+    """A table (tracekit.present_table) as Markdown lines (header, alignment, rows), every
+    label and cell through md_cell; ends with a newline."""
+    lines = ["| " + " | ".join(md_cell(c.label) for c in t.columns) + " |"]
+    lines.append("|" + "".join("---:|" if c.numeric else "---|" for c in t.columns))
+    lines += ["| " + " | ".join(md_cell(c.text) for c in row) + " |" for row in t.rows]
+    return "\n".join(lines) + "\n"
+
+
 @cache
 def environment() -> jinja2.Environment:
     """The one jinja environment: templates from tracekit.templates, HTML autoescaped,
-    undefined names an error, `md` filter for Markdown cells."""
+    undefined names an error, `md` filter for Markdown cells, `md_table` for tables."""
     import jinja2  # lazy: jinja2 only when a page is rendered (start-up of every command)
 
     env = jinja2.Environment(
@@ -57,6 +69,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["md"] = md_cell
+    env.filters["md_table"] = md_table
     return env
 
 

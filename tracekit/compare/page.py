@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from tracekit.compare.headline import outermost, short_name
 from tracekit.compare.items import ItemDelta
 from tracekit.compare.result import DiffResult
-from tracekit.compare.table import Section
 from tracekit.present import environment, inline_script
+from tracekit.present_table import Table
 
 CHART_BARS = 12
 W, LABEL_W, ROW_H, TOP = 900, 330, 22, 8
@@ -57,7 +57,7 @@ class DiffPage:
     views: tuple[str, ...] = field(metadata={"help": "which trace of each run gave which figures"})
     unit_line: str = field(metadata={"help": "the unit of work ops and kernels are compared per"})
     chart: ChartGeom | None = field(metadata={"help": "largest changes, or None"})
-    sections: tuple[Section, ...] = field(metadata={"help": "tables (sortable)"})
+    sections: tuple[Table, ...] = field(metadata={"help": "tables (sortable)"})
     script: str = field(metadata={"help": "inline script (table sorting)"})
     script_hash: str = field(metadata={"help": "CSP source of the script"})
 
@@ -110,7 +110,7 @@ def chart(d: DiffResult) -> ChartGeom | None:
 
 
 def build_page(
-    d: DiffResult, sections: Sequence[Section], heading: str, views: Sequence[str], unit_line: str
+    d: DiffResult, sections: Sequence[Table], heading: str, views: Sequence[str], unit_line: str
 ) -> DiffPage:
     text, digest = _script()
     h = d.headline
@@ -129,7 +129,7 @@ def build_page(
 
 
 def render_page(
-    d: DiffResult, sections: Sequence[Section], heading: str, views: Sequence[str], unit_line: str
+    d: DiffResult, sections: Sequence[Table], heading: str, views: Sequence[str], unit_line: str
 ) -> str:
     page = build_page(d, sections, heading, views, unit_line)
     return environment().get_template("diff.html.j2").render(page=page)

@@ -15,6 +15,7 @@ from typing import Any
 
 from tracekit import roofline
 from tracekit.errors import TraceFormatError
+from tracekit.present_table import Cell, Column, Table
 from tracekit.redact import redact_value
 from tracekit.report import charts
 from tracekit.report.batched import served, serving_split
@@ -23,15 +24,7 @@ from tracekit.report.capture_paths import relative_paths
 from tracekit.report.figures import figures, rounded
 from tracekit.report.finding import Finding
 from tracekit.report.findings import evaluate
-from tracekit.report.model import (
-    Answer,
-    Cell,
-    Column,
-    RankView,
-    ReportContext,
-    Table,
-    TraceReport,
-)
+from tracekit.report.model import Answer, RankView, ReportContext, TraceReport
 from tracekit.report.ranks import is_rank_set, rank_rows, skew
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
 from tracekit.report.serving import generation, serving_sentence
@@ -105,15 +98,15 @@ def make_table(
     return Table(
         tid,
         title,
-        query,
-        shown,
-        load_query(query).text,
         tuple(cols),
         cells,
         note,
-        tuple(drawn),
-        pinned,
-        SHOWN_ROWS if len(cells) - pinned > FOLD_OVER else 0,
+        query=query,
+        params=shown,
+        sql=load_query(query).text,
+        charts=tuple(drawn),
+        pinned=pinned,
+        shown=SHOWN_ROWS if len(cells) - pinned > FOLD_OVER else 0,
     )
 
 

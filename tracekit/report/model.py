@@ -1,5 +1,6 @@
 """The report's one documented context object and its parts: frozen dataclasses whose fields
-carry help text (docs/report.md). Built by context.py, rendered by render.py; no logic here."""
+carry help text (docs/report.md). Built by context.py, rendered by render.py; no logic here.
+Its tables are the one table model of tracekit.present_table, shared with the diff page."""
 
 from __future__ import annotations
 
@@ -7,43 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracekit.present_table import Table
 from tracekit.report import charts
 from tracekit.report.finding import Finding
-
-
-@dataclass(frozen=True)
-class Cell:
-    text: str = field(metadata={"help": "the value as shown"})
-    sort: str = field(metadata={"help": "sort key (a number as text for numeric columns)"})
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str = field(metadata={"help": "the query's column name"})
-    label: str = field(metadata={"help": "header text"})
-    numeric: bool = field(metadata={"help": "right-aligned, sorted as numbers"})
-
-
-@dataclass(frozen=True)
-class Table:
-    """One table of query rows, with the SQL that produced it."""
-
-    id: str = field(metadata={"help": "HTML id, unique in the report"})
-    title: str = field(metadata={"help": "section heading"})
-    query: str = field(metadata={"help": "queries/<name>.sql that produced the rows"})
-    params: str = field(metadata={"help": "parameters the query ran with"})
-    sql: str = field(metadata={"help": "the query text"})
-    columns: tuple[Column, ...] = field(metadata={"help": "shown columns"})
-    rows: tuple[tuple[Cell, ...], ...] = field(metadata={"help": "formatted cells"})
-    note: str = field(default="", metadata={"help": "a line under the table"})
-    charts: tuple[charts.Chart, ...] = field(default=(), metadata={"help": "drawn after it"})
-    pinned: int = field(
-        default=0, metadata={"help": "last rows kept below the others when sorting (totals)"}
-    )
-    shown: int = field(
-        default=0,
-        metadata={"help": "rows drawn at first; the rest wait behind 'show all' (0: all)"},
-    )
 
 
 @dataclass(frozen=True)
