@@ -380,7 +380,7 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
         tuple(findings),
         split,
         tables,
-        figures(q, answer, findings),
+        figures(laid, answer, findings),
         _evidence(tables, findings),
     )
 

@@ -1,8 +1,10 @@
 """The report's sections as data: one `Section` per table (its query, title, columns, note,
 charts, and the JSON report key that holds the same figures), in page order. context.py runs
 every section's query and lays each out the same way; report.html.j2 and report.md.j2 render
-them in one loop; docs/report.md's section list is generated from SECTIONS
-(tools/gen_docs.py). Adding a section is one entry here plus its queries/<name>.sql.
+them in one loop; figures.py writes each section's JSON (`Section.json_figures`: its query's
+rows at its json_key, or its `json` callable from section_json.py); docs/report.md's section
+list is generated from SECTIONS (tools/gen_docs.py). Adding a section is one entry here plus
+its queries/<name>.sql (docs/architecture.md).
 
 A section's callables receive `Laid`: the trace's query rows and the values every section
 shares (stage colours, per-request values, whether there is GPU activity).
@@ -15,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracekit.report import charts, memory, roofline_section
+from tracekit.report import charts, memory, roofline_section, section_json
 from tracekit.report.batched import served
 from tracekit.report.batched import serving_sentence as batched_sentence
 
@@ -85,6 +87,22 @@ class Section:
         default=False,
         metadata={"help": "kept with no rows when its note says why (no GPU, no shapes)"},
     )
+    json: Callable[[Laid], section_json.Json] | None = field(
+        default=None,
+        metadata={"help": "{JSON path: value} for the trace object (default: the query's rows "
+                  "at json_key)"},
+    )  # fmt: skip
+
+    def json_figures(self, laid: Laid) -> section_json.Json:
+        """What this section puts in the JSON report's trace object (every trace, shown or
+        not, as the JSON report always had them)."""
+        if self.json is not None:
+            return self.json(laid)
+        if not self.json_key:
+            return {}
+        if "," in self.json_key:
+            raise ValueError(f"section {self.key}: several JSON keys need a json callable")
+        return {self.json_key: section_json.query_rows(laid.q[self.query])}
 
     def query_params(self, trace_id: int, top_n: int) -> dict[str, Any]:
         """The parameters its query runs with (and the table shows)."""
@@ -370,23 +388,25 @@ def _memory_charts(laid: Laid) -> Sequence[charts.Chart]:
 
 SECTIONS: tuple[Section, ...] = (
     Section("overview", "Trace", "trace_overview", "file, format, span_ms, devices",
-            OVERVIEW_COLS),
+            OVERVIEW_COLS, json=section_json.overview),
     Section("serving", "Served requests: queue, batch stages, hand-back", "serving_waterfall",
             "serving", SERVING_COLS,
             note=lambda laid: batched_sentence(laid.q) + " Per request: queue = arrival -> its "
                  "batch starts; the batch's stages (each belongs to every request of the "
                  "batch); hand-back = batch end -> response (queries/serving_requests.sql).",
             shown=lambda laid: served(laid.q),
-            pinned=lambda laid: 1),
+            pinned=lambda laid: 1, json=section_json.serving),
     Section("stages", "Stages", "stage_summary", "stages, requests.end_to_end", _stage_columns,
             rows=_stage_rows,
             note="Statistics across requests of per-request stage totals; percentiles are "
                  "quantile_cont (linear interpolation).",
             charts=_histograms,
             pinned=lambda laid: sum(1 for r in laid.q["stage_summary"]
-                                    if r["row_kind"] != "stage")),
+                                    if r["row_kind"] != "stage"),
+            json=section_json.stages),
     Section("requests", "Requests (slowest first)", "request_breakdown", "per_request",
-            _request_columns, rows=_request_rows, note=_request_note, charts=_request_charts),
+            _request_columns, rows=_request_rows, note=_request_note, charts=_request_charts,
+            json=section_json.per_request),
     Section("ops", "Top host ops per stage", "top_ops", "top_ops",
             lambda laid: OPS_COLS + (OPS_VIA_COLS if laid.nested else ()), limit=True),
     Section("python", "Top Python/native functions per stage", "python_functions", "",
@@ -405,25 +425,30 @@ SECTIONS: tuple[Section, ...] = (
     Section("roofline", "Operator efficiency (roofline)", "op_kernels", "roofline.ops",
             roofline_section.op_columns, rows=roofline_section.op_rows,
             note=roofline_section.op_note, charts=roofline_section.roofline_chart,
-            explains_empty=True),
+            explains_empty=True, json=section_json.roofline),
     Section("model_flops", "Model FLOPs per request", "op_kernels", "roofline.model",
             MODEL_COLS, rows=roofline_section.model_rows, note=roofline_section.model_note,
-            shown=lambda laid: bool(roofline_section.model_rows(laid))),
+            shown=lambda laid: bool(roofline_section.model_rows(laid)),
+            json=section_json.in_other_section),
     Section("gpu", "GPU busy / idle", "gpu_utilization", "gpu.busy_ms, gpu.by_stage", GPU_COLS,
-            rows=_gpu_rows, note=_gpu_note, charts=_gpu_charts, explains_empty=True),
+            rows=_gpu_rows, note=_gpu_note, charts=_gpu_charts, explains_empty=True,
+            json=section_json.gpu),
     Section("devices", "GPU devices", "gpu_devices", "gpu.per_device", DEVICE_COLS,
             note="Busy = union of the device's kernel, memcpy and memset intervals. Active ms = "
                  "the device's active span (first to last GPU activity); active util = busy / "
                  "active span, the trace-wide figure. Capture ms = the whole capture (start-up "
                  "and teardown included) and capture util = busy / capture: context only. "
                  "Exposed communication: communication time "
-                 "with no other kernel running on that device."),
+                 "with no other kernel running on that device.",
+            json=section_json.devices),
     Section("categories", "GPU activity by category", "gpu_categories",
             "gpu.per_device[].by_category", CATEGORY_COLS,
             note="Each kernel, copy and memset in exactly one category (rules: "
-                 "tracekit/categories.toml); totals are plain sums of durations."),
+                 "tracekit/categories.toml); totals are plain sums of durations.",
+            json=section_json.in_other_section),
     Section("streams", "GPU streams", "gpu_streams", "gpu.per_device[].streams", STREAM_COLS,
-            note="Capture util = the stream's busy time / the whole capture (context only)."),
+            note="Capture util = the stream's busy time / the whole capture (context only).",
+            json=section_json.in_other_section),
     Section("gaps", "Longest GPU idle gaps", "idle_gaps", "idle_gaps", GAP_COLS,
             params={"limit": 10}),
     Section("memcpy", "Memory copies", "memcpy_summary", "memcpy", MEMCPY_COLS),
@@ -437,7 +462,8 @@ SECTIONS: tuple[Section, ...] = (
                  "report has all). Host: Device Id -1. Without totals in the events (torch "
                  "1.9): the running sum of their bytes from the trace's start.",
             rows=lambda laid: memory.shown_rows(laid.q["memory_peaks"]),
-            charts=_memory_charts, shown=lambda laid: bool(laid.q["memory_peaks"])),
+            charts=_memory_charts, shown=lambda laid: bool(laid.q["memory_peaks"]),
+            json=section_json.memory),
 )  # fmt: skip
 
 # queries the answer, the findings and the charts read besides the sections' own
