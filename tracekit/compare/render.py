@@ -54,8 +54,9 @@ def _amount(v: float) -> str:
 
 
 def render_md(d: DiffResult) -> str:
-    """Markdown. Sentences and cells that carry trace strings go through md_cell; the
-    section titles, column labels and notes are tracekit's own text."""
+    """Markdown. Sentences that carry trace strings, and every table label and cell (as in
+    the report: present.md_table), go through md_cell; the section titles and notes are
+    tracekit's own text."""
     h = d.headline
     out = ["# tracekit diff", "", md_cell(h.context), ""]
     if h.entries:
