@@ -10,8 +10,16 @@ from pathlib import Path
 import pytest
 
 # Every test (and every tracekit process a test starts) caches its stores here, never in the
-# user's ~/.cache: the suite starts from an empty cache and leaves nothing behind.
-TEST_CACHE_DIR = Path(tempfile.mkdtemp(prefix="tracekit-test-cache-"))
+# user's ~/.cache: the suite starts from an empty cache and leaves nothing behind. One folder
+# for the whole run: the first pytest process (xdist's controller, or a plain run) makes it and
+# its workers inherit it through the environment, so a read-only shared trace is ingested once
+# per run, not once per test (two workers building the same store take turns on the store's
+# own lock on the source). Tests of the cache itself use a cache folder of their own.
+_RUN_CACHE_ENV = "TRACEKIT_TEST_RUN_CACHE"
+_MADE_RUN_CACHE = _RUN_CACHE_ENV not in os.environ
+if _MADE_RUN_CACHE:
+    os.environ[_RUN_CACHE_ENV] = tempfile.mkdtemp(prefix="tracekit-test-cache-")
+TEST_CACHE_DIR = Path(os.environ[_RUN_CACHE_ENV])
 os.environ["TRACEKIT_CACHE_DIR"] = str(TEST_CACHE_DIR)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +43,9 @@ def shared_params(pattern: str) -> list[object]:
 
 @pytest.fixture
 def copy_trace(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Copy a (read-only) trace into tmp_path so caches and tools write there."""
+    """Copy a trace into tmp_path: a fresh path, so a fresh store (tests of ingest, progress,
+    other ingest options, outputs written beside the input). A test that only reads a shared
+    trace opens the trace itself: its store is then built once per run for every worker."""
 
     def _copy(src: Path) -> Path:
         dst = tmp_path / src.name
@@ -46,7 +56,8 @@ def copy_trace(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(TEST_CACHE_DIR, ignore_errors=True)
+    if _MADE_RUN_CACHE:  # the controller, after its workers: theirs is the same folder
+        shutil.rmtree(TEST_CACHE_DIR, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
