@@ -61,20 +61,22 @@ def copy_trace(tmp_path: Path):  # type: ignore[no-untyped-def]
 # one of them (by default xdist starts the files with the most tests first, and a file of one
 # long test, like test_readme.py, came last). Scheduling only: no test depends on the order.
 RUN_FIRST = (
-    "test_readme.py",
+    "test_queries.py",
+    "test_report.py",
     "test_hf_service.py",
-    "test_report_browser.py",
     "test_gpu_activity.py",
+    "test_report_browser.py",
+    "test_readme.py",
     "test_capture_selfprofile.py",
     "test_capture.py",
+    "test_bad_inputs.py",
+    "test_categories.py",
     "test_spark.py",
     "test_diff_percall.py",
     "test_serving_examples.py",
     "test_roofline_capture.py",
     "test_nsys_ingest.py",
-    "test_bad_inputs.py",
     "test_hostile_io.py",
-    "test_categories.py",
 )
 
 
