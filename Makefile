@@ -15,11 +15,11 @@ demo: setup
 
 # One worker per core; a test file stays on one worker, so its module fixtures (captures) run once.
 test:
-	$(PYTHON) -m pytest -q -p no:cacheprovider -n auto --dist loadfile tests
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n auto --dist loadfile --no-loadscope-reorder tests
 
 # While you work: no nsys captures, no browser, nothing marked slow.
 test-fast:
-	$(PYTHON) -m pytest -q -p no:cacheprovider -n auto --dist loadfile -m "not slow and not nsys and not browser" tests
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n auto --dist loadfile --no-loadscope-reorder -m "not slow and not nsys and not browser" tests
 
 # The hostile-input suites with 25x the examples (docs/security.md); CI runs the short ones.
 fuzz:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import sys
 from collections import defaultdict
 from html.parser import HTMLParser
@@ -28,9 +27,8 @@ needs_shared = pytest.mark.skipif(not CONTROL.exists(), reason=f"{SHARED_TRACES}
 
 
 @pytest.fixture(scope="module")
-def hta_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    d = tmp_path_factory.mktemp("hta")
-    return shutil.copy(CONTROL, d / CONTROL.name), shutil.copy(TEST, d / TEST.name)
+def hta_pair() -> tuple[Path, Path]:
+    return CONTROL, TEST  # read only: their stores are built once per run
 
 
 def json_calls(path: Path, cat: str, with_shape: bool) -> dict[tuple[str, str], list[float]]:

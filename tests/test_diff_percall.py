@@ -163,9 +163,8 @@ def sqlite_busy(path: Path) -> dict[int | None, int]:
 
 
 @pytest.fixture(scope="module")
-def mfu(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    d = tmp_path_factory.mktemp("mfu")
-    return shutil.copy(BEFORE, d / BEFORE.name), shutil.copy(AFTER, d / AFTER.name)
+def mfu() -> tuple[Path, Path]:
+    return BEFORE, AFTER  # read only: their stores are built once per run
 
 
 @needs_mfu

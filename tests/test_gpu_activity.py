@@ -62,12 +62,10 @@ def oracle_activity(path: Path) -> dict[int, list[tuple[int, int]]]:
 
 
 @pytest.mark.parametrize("trace", shared_params("*.sqlite") + shared_params("*.json.gz"))
-def test_per_device_busy_categories_and_findings_match_the_raw_file(
-    trace: Path, copy_trace
-) -> None:
+def test_per_device_busy_categories_and_findings_match_the_raw_file(trace: Path) -> None:
     """busy = independent union per device (0.1%); categories add up to the plain sum; report,
     SQL and diff agree; a device busy under half its active span gets a finding with a cause."""
-    src = copy_trace(trace)
+    src = trace
     expected = oracle_activity(trace)
     with tracekit.open(src) as ts:
         devs = ts.query("gpu_devices").to_dicts()
@@ -158,10 +156,10 @@ def oracle_nsys_nvtx_ops(path: Path) -> tuple[dict[tuple[int, int], str], int]:
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_*.json.gz"))
-def test_launch_op_of_kineto_activity_is_its_external_id_cpu_op(trace: Path, copy_trace) -> None:
+def test_launch_op_of_kineto_activity_is_its_external_id_cpu_op(trace: Path) -> None:
     """events.launch_op, derived at ingest, against a plain pass over the JSON."""
     expected = oracle_kineto_ext_ops(trace)
-    with tracekit.open(copy_trace(trace)) as ts:
+    with tracekit.open(trace) as ts:
         got = dict(ts.con.execute(
             "SELECT event_id, launch_op FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
         ).fetchall())  # fmt: skip
@@ -191,12 +189,12 @@ def oracle_graph_replayed(path: Path) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_*graph*.json.gz"))
-def test_graph_replayed_kernels_link_to_their_graph_launch(trace: Path, copy_trace) -> None:
+def test_graph_replayed_kernels_link_to_their_graph_launch(trace: Path) -> None:
     """Kernels replayed from a CUDA/HIP graph have no launching cpu_op (no External id): each
     links to the one graph launch with its correlation id, as a plain pass over the JSON finds."""
     expected = oracle_graph_replayed(trace)
     assert len(expected) > 300  # the SGLang decode steps replay hundreds of kernels each
-    with tracekit.open(copy_trace(trace)) as ts:
+    with tracekit.open(trace) as ts:
         got = dict(ts.con.execute(
             "SELECT k.event_id, k.launch_id FROM events k WHERE k.kind = 'kernel' "
             "AND k.event_id IN (SELECT unnest($ids::BIGINT[]))",
@@ -206,13 +204,11 @@ def test_graph_replayed_kernels_link_to_their_graph_launch(trace: Path, copy_tra
 
 
 @pytest.mark.parametrize("trace", shared_params("nsys_2026_h100x2_torch_emit_nvtx*.sqlite"))
-def test_launch_op_of_nsys_kernel_is_the_nvtx_range_around_its_launch(
-    trace: Path, copy_trace
-) -> None:
+def test_launch_op_of_nsys_kernel_is_the_nvtx_range_around_its_launch(trace: Path) -> None:
     """emit_nvtx traces: a kernel's launch_op is the innermost NVTX range around the runtime
     call that launched it (the op's own range), as a plain sqlite3 pass finds it."""
     expected, n = oracle_nsys_nvtx_ops(trace)
-    with tracekit.open(copy_trace(trace)) as ts:
+    with tracekit.open(trace) as ts:
         got = {
             (s, c): op
             for s, c, op in ts.con.execute(
@@ -224,12 +220,12 @@ def test_launch_op_of_nsys_kernel_is_the_nvtx_range_around_its_launch(
 
 
 @pytest.mark.parametrize("trace", shared_params("nsys_2026_h100x2_torch_emit_nvtx*.sqlite"))
-def test_top_kernels_counts_emit_nvtx_ops_not_calls(trace: Path, copy_trace) -> None:
+def test_top_kernels_counts_emit_nvtx_ops_not_calls(trace: Path) -> None:
     """top_kernels on an emit_nvtx trace: launched_by is the op that launched the kernel most
     often (the innermost NVTX range around the launch, per-call suffixes cut, as the plain
     sqlite3 pass finds it) and launch_ops counts ops, not calls (`aten::add, op_id = N`)."""
     expected, _ = oracle_nsys_nvtx_ops(trace)
-    with tracekit.open(copy_trace(trace)) as ts:
+    with tracekit.open(trace) as ts:
         kernels = ts.con.execute(
             "SELECT start_ns, correlation, coalesce(stage, '(no stage)'), name FROM events "
             "WHERE kind = 'kernel'"
@@ -249,8 +245,8 @@ def test_top_kernels_counts_emit_nvtx_ops_not_calls(trace: Path, copy_trace) -> 
 
 
 @pytest.mark.parametrize("trace", shared_params("nsys_2026_h100x2_mfu_*.sqlite"))
-def test_two_gpu_trace_rows_devices_and_nccl(trace: Path, copy_trace) -> None:
-    src = copy_trace(trace)
+def test_two_gpu_trace_rows_devices_and_nccl(trace: Path) -> None:
+    src = trace
     with tracekit.open(src) as ts:
         devs = ts.query("gpu_devices").to_dicts()
         ov = ts.query("trace_overview").to_dicts()[0]
@@ -269,10 +265,8 @@ def test_two_gpu_trace_rows_devices_and_nccl(trace: Path, copy_trace) -> None:
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_h100_*.json.gz"))
-def test_module_traces_get_inferred_stages_covering_half_of_each_request(
-    trace: Path, copy_trace
-) -> None:
-    src = copy_trace(trace)
+def test_module_traces_get_inferred_stages_covering_half_of_each_request(trace: Path) -> None:
+    src = trace
     doc = load(trace)
     events = doc["traceEvents"]
     assert any(str(e.get("name", "")).startswith("nn.Module: ") for e in events)

@@ -49,8 +49,8 @@ def oracle_memory(path: Path) -> dict[int, dict[str, int]]:
 
 
 @needs_memory_trace
-def test_peaks_equal_a_plain_json_pass(copy_trace) -> None:  # type: ignore[no-untyped-def]
-    src = copy_trace(MEMORY_TRACE)
+def test_peaks_equal_a_plain_json_pass() -> None:
+    src = MEMORY_TRACE
     expected = oracle_memory(MEMORY_TRACE)
     # MANIFEST.md: 310 allocations and 310 frees, peak 220.62 MiB allocated, 234.0 MiB reserved
     assert sum(d["allocations"] for d in expected.values()) == 310
@@ -95,7 +95,7 @@ LEGACY = SHARED_TRACES / "kineto_v100_resnet50_train_pt1.9_legacy_cats_tbplugin.
 
 
 @pytest.mark.skipif(not LEGACY.exists(), reason=f"{LEGACY} is absent")
-def test_events_without_totals_peak_at_their_running_sum(copy_trace) -> None:  # type: ignore[no-untyped-def]
+def test_events_without_totals_peak_at_their_running_sum() -> None:
     """torch 1.9 records only Bytes: allocated is their running sum from the trace's start
     (in time order, file order among equal times), reserved unknown."""
     doc = load(LEGACY)
@@ -112,7 +112,7 @@ def test_events_without_totals_peak_at_their_running_sum(copy_trace) -> None:  #
         dev = int(a.get("Device Id", -1))
         running[dev] += int(a["Bytes"])
         expected[dev] = max(expected.get(dev, running[dev]), running[dev])
-    with tracekit.open(copy_trace(LEGACY)) as ts:
+    with tracekit.open(LEGACY) as ts:
         peaks = ts.query_dicts("memory_peaks", trace_id=1)
         timeline = ts.query_dicts("memory_timeline", trace_id=1)
     got = {r["device"]: r for r in peaks if r["scope"] == "device"}

@@ -45,19 +45,9 @@ TRACES = [pytest.param(SAMPLE_TRACES, id="sample_traces")] + [
 ]
 
 
-def _copy(src: Path, dst_dir: Path) -> Path:
-    dst = dst_dir / src.name
-    if src.is_dir():
-        shutil.copytree(src, dst)
-    else:
-        shutil.copyfile(src, dst)
-    return dst
-
-
 @pytest.mark.parametrize("trace", TRACES)
 def test_page_fits_at_1400_px(trace: Path, tmp_path: Path) -> None:
-    src = _copy(trace, tmp_path) if trace != SAMPLE_TRACES else trace
-    page = write_report([src], output=tmp_path / "report.html")
+    page = write_report([trace], output=tmp_path / "report.html")
     check, _ = selfcheck(page, 1400, tmp_path / "profile")
     assert check["page_height"] <= MAX_HEIGHT_PX
     assert [t for t in check["scrolled_tables"] if t[1] <= MAX_FITTING_COLUMNS] == []
@@ -81,7 +71,7 @@ EMIT_NVTX = SHARED_TRACES / "nsys_2026_h100x2_torch_emit_nvtx_window.sqlite"
 
 
 @pytest.mark.skipif(not EMIT_NVTX.exists(), reason=f"{EMIT_NVTX} is absent")
-def test_emit_nvtx_op_variants_are_one_row(copy_trace) -> None:  # type: ignore[no-untyped-def]
+def test_emit_nvtx_op_variants_are_one_row() -> None:
     """'aten::to, op_id = N' ranges (1,187 names) are one op 'aten::to', with the
     calls of every variant (counted here with sqlite3 over the export)."""
     import sqlite3
@@ -95,7 +85,7 @@ def test_emit_nvtx_op_variants_are_one_row(copy_trace) -> None:  # type: ignore[
     ).fetchone()
     con.close()
     assert calls[1] > 1000  # one name per call before grouping
-    with tracekit.open(copy_trace(EMIT_NVTX)) as ts:
+    with tracekit.open(EMIT_NVTX) as ts:
         rows = ts.query_dicts("top_ops", trace_id=1, limit=10_000)
     to_rows = [r for r in rows if r["name"] == "aten::to" and r["via"] is None]
     assert not [r for r in rows if r["name"].startswith("aten::to, ")]

@@ -65,5 +65,5 @@ def test_sample_json_has_every_shown_sections_keys() -> None:
     + shared_params("kineto_h100_bert_small_inference_tracelens.json.gz")
     + shared_params("kineto_b300_sglang_qwen3-30b-a3b_decode_bs16_cudagraph_tracelens.json.gz"),
 )
-def test_shared_traces_json_has_every_shown_sections_keys(trace: Path, copy_trace) -> None:
-    assert missing_keys(copy_trace(trace)) == []
+def test_shared_traces_json_has_every_shown_sections_keys(trace: Path) -> None:
+    assert missing_keys(trace) == []
