@@ -429,16 +429,21 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.quiet:
         for r in requests:
-            print(f"request {r['request']:4d}  batch {r['batch']:3d}  queue {r['queue_ms']:8.3f} ms"
-                  f"  ttft {r['ttft_ms']:8.3f} ms  end to end {r['end_to_end_ms']:8.3f} ms")  # fmt: skip
+            print(
+                f"request {r['request']:4d}  batch {r['batch']:3d}  queue {r['queue_ms']:8.3f} ms"
+                f"  ttft {r['ttft_ms']:8.3f} ms  end to end {r['end_to_end_ms']:8.3f} ms"
+            )
     print(
         f"{len(requests)} requests in {len(sizes)} batches (max {args.max_batch}, wait "
         f"{args.max_wait_ms:g} ms, padding {args.padding}): {summary['requests_per_s']:.2f} "
         f"requests/s; mean batch {summary['mean_batch']:.2f}; queue p50 "
         f"{summary['queue_p50_ms']:.3f} ms p99 {summary['queue_p99_ms']:.3f} ms; TTFT p50 "
         f"{summary['ttft_p50_ms']:.3f} ms p99 {summary['ttft_p99_ms']:.3f} ms; "
-        + (f"TPOT p50 {summary['tpot_p50_ms']:.3f} ms p99 {summary['tpot_p99_ms']:.3f} ms; "
-           if "tpot_p50_ms" in summary else "")
+        + (
+            f"TPOT p50 {summary['tpot_p50_ms']:.3f} ms p99 {summary['tpot_p99_ms']:.3f} ms; "
+            if "tpot_p50_ms" in summary
+            else ""
+        )
         + "end to end "
         f"p50 {summary['end_to_end_p50_ms']:.3f} ms p99 {summary['end_to_end_p99_ms']:.3f} ms; "
         f"{summary['padding_share']:.0%} of tokens padding"

@@ -165,6 +165,11 @@ def _value(budget: Budget, metrics: RunMetrics, what: str) -> float:
         if metrics.serving is None:
             raise ConfigError(f"{budget.source}: budget {budget.text!r}: {what} has no served "
                               "requests (no tracekit.batch ranges)")  # fmt: skip
+        if budget.metric not in metrics.serving:
+            raise ConfigError(
+                f"{budget.source}: budget {budget.text!r}: {what} has no prefill and decode "
+                "steps in its batches (no generation)"
+            )
         return metrics.serving[budget.metric]
     s = metrics.stage(budget.stage)
     if s is None:

@@ -158,7 +158,8 @@ def _serving_deltas(b: RunMetrics, a: RunMetrics) -> tuple[MetricDelta, ...]:
     """A batched server's figures (SERVING_METRICS), when both sides served requests."""
     if b.serving is None or a.serving is None:
         return ()
-    return tuple(_delta(k, b.serving[k], a.serving[k]) for k in SERVING_METRICS)
+    return tuple(_delta(k, b.serving.get(k), a.serving.get(k)) for k in SERVING_METRICS
+                 if k in b.serving or k in a.serving)  # fmt: skip
 
 
 def compare_metrics(

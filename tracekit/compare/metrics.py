@@ -23,7 +23,11 @@ from tracekit.store.traceset import TraceSet, open_traces
 STAGE_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms", "share", "count")
 # a batched server's figures (queries serving_throughput and serving_waterfall), by name
 SERVING_METRICS = ("requests_per_s", "mean_batch", "queue_p50_ms", "queue_p99_ms",
-                   "end_to_end_p50_ms", "end_to_end_p99_ms")  # fmt: skip
+                   "end_to_end_p50_ms", "end_to_end_p99_ms", "ttft_p50_ms", "ttft_p99_ms",
+                   "tpot_p50_ms", "tpot_p99_ms", "output_tokens_per_s")  # fmt: skip
+# those only a server that generates has (prefill / decode steps in its batches): absent else
+GENERATION_SERVING = frozenset({"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+                                "output_tokens_per_s"})  # fmt: skip
 
 __all__ = [
     "SERVING_METRICS",
@@ -236,6 +240,8 @@ def _serving(ts: TraceSet) -> dict[str, float] | None:
             "end_to_end_p50_ms": float(parts["end_to_end"]["p50_ms"]),
             "end_to_end_p99_ms": float(parts["end_to_end"]["p99_ms"]),
         }
+        if tp.get("ttft_p50_ms") is not None:  # (TPOT 0 when no request has a decode step)
+            out.update({k: float(tp[k] or 0.0) for k in GENERATION_SERVING})
     return out
 
 
@@ -431,7 +437,9 @@ def _pool_serving(per_run: Sequence[dict[str, float] | None]) -> dict[str, float
     """The runs' serving figures, each the mean over the runs (None unless every run has them)."""
     if not per_run or any(s is None for s in per_run):
         return None
-    return {k: sum(s[k] for s in per_run if s) / len(per_run) for k in SERVING_METRICS}
+    runs = [s for s in per_run if s]
+    return {k: sum(s[k] for s in runs) / len(runs) for k in SERVING_METRICS
+            if all(k in s for s in runs)}  # fmt: skip
 
 
 def load_side(
