@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from tracekit.compare.views import RunViews, expand_runs, run_views
+from tracekit.slo import NO_SERVING_OPTIONS, ServingOptions
+from tracekit.sql import load_query
 from tracekit.store.stages import StageRule
 from tracekit.store.traceset import TraceSet, open_traces
 
@@ -24,10 +26,12 @@ STAGE_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms", "share", "co
 # a batched server's figures (queries serving_throughput and serving_waterfall), by name
 SERVING_METRICS = ("requests_per_s", "mean_batch", "queue_p50_ms", "queue_p99_ms",
                    "end_to_end_p50_ms", "end_to_end_p99_ms", "ttft_p50_ms", "ttft_p99_ms",
-                   "tpot_p50_ms", "tpot_p99_ms", "output_tokens_per_s")  # fmt: skip
+                   "tpot_p50_ms", "tpot_p99_ms", "output_tokens_per_s", "within_slo",
+                   "goodput_per_s")  # fmt: skip
 # those only a server that generates has (prefill / decode steps in its batches): absent else
 GENERATION_SERVING = frozenset({"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
                                 "output_tokens_per_s"})  # fmt: skip
+GOODPUT = ("within_slo", "goodput_per_s")  # only with --slo targets
 
 __all__ = [
     "SERVING_METRICS",
@@ -220,15 +224,19 @@ def _stage_part(ts: TraceSet) -> tuple[tuple[StageStats, ...], dict[str, np.ndar
     return tuple(stages), {k: np.asarray(v, dtype=np.float64) for k, v in samples.items()}
 
 
-def _serving(ts: TraceSet) -> dict[str, float] | None:
+def _serving(ts: TraceSet, opts: ServingOptions = NO_SERVING_OPTIONS) -> dict[str, float] | None:
     """SERVING_METRICS of the served requests (summed over the traces of the view: requests/s
-    of each trace added, percentiles of the first trace that has any)."""
+    of each trace added, percentiles of the first trace that has any); `opts`: --warmup and
+    the --slo targets of within_slo and goodput_per_s."""
     out: dict[str, float] | None = None
     for t in (r["trace_id"] for r in ts.sql("SELECT trace_id FROM traces ORDER BY 1").to_dicts()):
-        parts = {r["part"]: r for r in ts.query_dicts("serving_waterfall", trace_id=t)}
+        parts = {r["part"]: r for r in ts.query_dicts(
+            "serving_waterfall", trace_id=t, **opts.params({"warmup"}))}  # fmt: skip
         if not parts:
             continue
-        (tp,) = ts.query_dicts("serving_throughput", trace_id=t)
+        (tp,) = ts.query_dicts("serving_throughput", trace_id=t,
+                               **opts.params({p.name for p in load_query(
+                                   "serving_throughput").params}))  # fmt: skip
         if out is not None:
             out["requests_per_s"] += float(tp["requests_per_s"] or 0.0)
             continue
@@ -242,6 +250,8 @@ def _serving(ts: TraceSet) -> dict[str, float] | None:
         }
         if tp.get("ttft_p50_ms") is not None:  # (TPOT 0 when no request has a decode step)
             out.update({k: float(tp[k] or 0.0) for k in GENERATION_SERVING})
+        if opts.slos:
+            out.update({k: float(tp[k] or 0.0) for k in GOODPUT})
     return out
 
 
@@ -316,6 +326,7 @@ def extract_run(
     stage_rules: Sequence[StageRule] | None = None,
     refresh: bool = False,
     per: str | None = None,
+    serving: ServingOptions = NO_SERVING_OPTIONS,
 ) -> RunMetrics:
     """Metrics of one run, each group of figures read from the run's view for it."""
     opened: dict[tuple[Path, ...], TraceSet] = {}
@@ -327,7 +338,7 @@ def extract_run(
 
     try:
         stages, samples = _stage_part(ts(views.requests))
-        serving = _serving(ts(views.requests))
+        served = _serving(ts(views.requests), serving)
         req = _rows(ts(views.requests), "compare_gpu_busy")
         gpu_over = _rows(ts(views.gpu), "compare_gpu_busy")
         multi = len(gpu_over) > 1
@@ -356,7 +367,7 @@ def extract_run(
         views=tuple(v for v in (views.describe(),) if v),
         gpu_names=tuple(sorted({n for r in gpu_over for n in r["gpu_names"].split(", ") if n})),
         samples=samples,
-        serving=serving,
+        serving=served,
     )
 
 
@@ -449,6 +460,7 @@ def load_side(
     refresh: bool = False,
     per_run: bool = True,
     per: str | None = None,
+    serving: ServingOptions = NO_SERVING_OPTIONS,
 ) -> tuple[RunMetrics, tuple[RunMetrics, ...]]:
     """(pooled metrics over all `runs`, per-run metrics when there are several runs).
 
@@ -456,7 +468,7 @@ def load_side(
     view, kernels and GPU busy from one (nsys when it has GPU rows), ops from one. `per`
     names a range whose occurrences are counted as iterations (diff --per)."""
     views = [run_views(Path(r), stage_rules, refresh) for r in runs]
-    each = [extract_run(v, str(v.run), stage_rules, refresh, per) for v in views]
+    each = [extract_run(v, str(v.run), stage_rules, refresh, per, serving) for v in views]
     if len(each) == 1:
         one = each[0]
         pooled = pool(each, label, one.stages, one.samples)
