@@ -189,12 +189,18 @@ def _rows(ts: TraceSet, name: str) -> list[dict[str, Any]]:
 GENERATION_METRICS = ("ttft", "tpot")  # per-request figures of generation_requests
 
 
-def _generation_samples(ts: TraceSet) -> dict[str, list[float]]:
-    """ttft / tpot (ms) of every request with generation steps (queries/generation_requests)."""
+def _generation_samples(
+    ts: TraceSet, opts: ServingOptions = NO_SERVING_OPTIONS
+) -> dict[str, list[float]]:
+    """ttft / tpot (ms) of every request with generation steps (queries/generation_requests;
+    a batched server's from serving_requests: its batches' steps serve all their requests)."""
     out: dict[str, list[float]] = defaultdict(list)
     ids = ts.sql("SELECT trace_id FROM traces ORDER BY trace_id")["trace_id"].to_list()
     for trace_id in ids:
-        for r in ts.query("generation_requests", trace_id=trace_id).to_dicts():
+        rows = ts.query_dicts("serving_requests", trace_id=trace_id, **opts.params({"warmup"}))
+        if not rows:
+            rows = ts.query("generation_requests", trace_id=trace_id).to_dicts()
+        for r in rows:
             for name in GENERATION_METRICS:
                 if r[f"{name}_ms"] is not None:
                     out[name].append(float(r[f"{name}_ms"]))
@@ -210,14 +216,16 @@ def _sample_stats(name: str, values: list[float]) -> StageStats:
     )
 
 
-def _stage_part(ts: TraceSet) -> tuple[tuple[StageStats, ...], dict[str, np.ndarray]]:
+def _stage_part(
+    ts: TraceSet, opts: ServingOptions = NO_SERVING_OPTIONS
+) -> tuple[tuple[StageStats, ...], dict[str, np.ndarray]]:
     stats = _rows(ts, "compare_stage_stats")
     samples: dict[str, list[float]] = defaultdict(list)
     for r in _rows(ts, "compare_stage_samples"):
         samples[str(r["stage"])].append(r["dur_ns"] / 1e6)
     stages = [StageStats(**{k: r[k] for k in StageStats.__dataclass_fields__}) for r in stats]
     # time to first token / per output token, as pseudo-stages: `ttft.p99_ms`, `tpot.p50_ms`
-    for name, values in _generation_samples(ts).items():
+    for name, values in _generation_samples(ts, opts).items():
         if name not in samples:
             samples[name] = values
             stages.append(_sample_stats(name, values))
@@ -337,7 +345,7 @@ def extract_run(
         return opened[paths]
 
     try:
-        stages, samples = _stage_part(ts(views.requests))
+        stages, samples = _stage_part(ts(views.requests), serving)
         served = _serving(ts(views.requests), serving)
         req = _rows(ts(views.requests), "compare_gpu_busy")
         gpu_over = _rows(ts(views.gpu), "compare_gpu_busy")
@@ -475,6 +483,6 @@ def load_side(
     else:
         req_files = [p for v in views for p in v.requests]
         with open_traces(req_files, stage_rules=stage_rules, refresh=refresh) as ts:
-            stages, samples = _stage_part(ts)
+            stages, samples = _stage_part(ts, serving)
         pooled = pool(each, label, stages, samples)
     return pooled, (tuple(each) if per_run and len(each) > 1 else ())
