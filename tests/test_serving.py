@@ -420,6 +420,22 @@ def test_a_mistaken_batch_target_is_explained_in_one_line(tmp_path):
     assert "--batch batch_server:Server.take_batch was called" in lines[0]
     assert "never with an object a running --request call received" in lines[0]
 
+    # a function that exists but never runs (one token per request: no decode step), and one
+    # that does not exist: each named in one line
+    for target, extra, says in (
+        ("batch_server:Server.decode_step", ["--new-tokens", "1"], "was never called: no batches"),
+        ("batch_server:Server.no_such", [], "was never applied (not found)"),
+    ):
+        cmd = [sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o",
+               str(tmp_path / target.rsplit(".", 1)[1]), "--request", "batch_server:Server.submit",
+               "--batch", target, "--", sys.executable, str(SERVER), "--no-annotate",
+               "--requests", "4", "--quiet", *extra]  # fmt: skip
+        res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
+        assert res.returncode == 0, res.stderr[-3000:]
+        lines = [ln for ln in res.stderr.splitlines() if "--batch" in ln]
+        assert len(lines) == 1, res.stderr
+        assert lines[0].startswith(f"tracekit: --batch {target} {says}"), lines
+
     res = procs.run([sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o",
                           str(tmp_path / "run2"), "--batch", "batch_server:Server.run_batch",
                           "--", sys.executable, str(SERVER)], capture_output=True, text=True,
