@@ -15,7 +15,7 @@ import pytest
 
 import tracekit
 from tests import procs
-from tracekit import annotate
+from tracekit import annotate, slo
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER = REPO / "examples" / "batch_server.py"
@@ -243,9 +243,9 @@ def test_report_warmup_and_slo_give_goodput_on_the_first_screen(captured, tmp_pa
             rows = t.query_dicts("serving_requests", trace_id=1, warmup=CLIENTS)
         traced = {r["request_key"]: r for r in rows}
         both = 0
-        for slo, part, limit in zip(slos, ("end_to_end", "ttft"), (e2e_limit, ttft_limit),
+        for text, part, limit in zip(slos, ("end_to_end", "ttft"), (e2e_limit, ttft_limit),
                                     strict=True):  # fmt: skip
-            (row,) = [r for r in serving["slo"] if r["slo"] == slo]
+            (row,) = [r for r in serving["slo"] if r["slo"] == text]
             mine = [float(r[f"{part}_ms"]) for r in requests]
             within = sum(v <= round(limit, 3) for v in mine) / len(mine)
             near = sum(
@@ -285,6 +285,18 @@ def test_bad_slo_and_warmup_are_one_line_exit_2(tmp_path, args, message):
         assert res.returncode == 2, (command, res.stderr)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (command, lines)
+
+
+def test_slo_texts_read_as_written():
+    read = slo.parse_slo
+    assert read("end_to_end.p99<=200ms") == slo.Slo("end_to_end", 99.0, 200.0,
+                                                    "end_to_end.p99<=200ms")  # fmt: skip
+    assert (read("ttft.p90 <= 0.25s").limit_ms, read("ttft.p90 <= 0.25s").percentile) == (250, 90)
+    assert read("tpot<=300us").limit_ms == pytest.approx(0.3) and read("tpot<=1").percentile == 100
+    opts = slo.serving_options(3, ["queue.p50<=5ms", "end_to_end.p99<=1s"])
+    assert opts.params({"warmup", "slo_ms", "slo_queue_ms", "slo_ttft_ms"}) == {
+        "warmup": 3, "slo_queue_ms": 5.0, "slo_ms": 1000.0}  # fmt: skip
+    assert opts.params({"warmup"}) == {"warmup": 3}
 
 
 def plain_serving(trace: Path) -> tuple[float, float, float]:
