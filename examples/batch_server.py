@@ -7,10 +7,13 @@ more (at most `--max-batch` in all), and serves them together:
 - preprocess: text cleaning, WordPiece tokenization (a `tokenizers` tokenizer trained at
   start-up on a generated corpus: nothing is downloaded), padding to the batch's longest text
   (`--padding longest`) or to the next length bucket (`--padding bucket`), tensors;
-- inference: one forward pass of a small GPT-2-style decoder built from a config (random
-  weights from a fixed seed) over the padded batch;
-- postprocess: the next-token distribution at each text's last real token, its top 3 decoded,
-  one JSON answer per request.
+- generation with a small GPT-2-style decoder built from a config (random weights from a
+  fixed seed), greedy, `--new-tokens` tokens for every request of the batch:
+  - prefill: a forward pass over the padded batch, and each text's first token picked from
+    the logits at its last real token (the first token is out when the prefill ends);
+  - decode: one step per further token, each a forward pass over the batch's sequences with
+    the tokens made so far (no KV cache: a small model);
+- postprocess: the generated tokens decoded, one JSON answer per request.
 
 Each request is `tracekit.request(id=...)` on its client's thread, from arrival to response;
 each batch `tracekit.batch(ids)` on the worker's thread, with the stages inside it. With
@@ -18,15 +21,19 @@ each batch `tracekit.batch(ids)` on the worker's thread, with the stages inside 
 
     tracekit capture --request batch_server:Server.submit --batch batch_server:Server.run_batch \
         --stage preprocess=batch_server:Server.preprocess \
-        --stage inference=batch_server:TinyGPT.forward \
+        --stage prefill=batch_server:Server.prefill \
+        --stage decode=batch_server:Server.decode_step \
         --stage postprocess=batch_server:Server.postprocess \
         -- python examples/batch_server.py --no-annotate
 
-Its own clock (time.perf_counter_ns, read inside those ranges): per request the queue time
-(arrival -> its batch starts), the batch time, the hand-back (batch end -> response) and end
-to end; requests/s = requests / (first arrival -> last response). It prints them, and
-`--log FILE` writes them and the batches (members, padded length, real and padded tokens) as
-JSON, so a test can hold a trace of this run to it.
+Its own clock (time.perf_counter_ns, read last thing inside those ranges): per request the
+queue time (arrival -> its batch starts), TTFT (arrival -> its batch's prefill ends: the first
+token), TPOT ((its batch's last decode step ends - first token) / (output tokens - 1), output
+tokens = 1 + decode steps), the batch time, the hand-back (batch end -> response) and end to
+end; requests/s = requests / (first arrival -> last response). These are tracekit's
+definitions (docs/queries.md, serving_requests). It prints them, and `--log FILE` writes them
+and the batches (members, padded length, real and padded tokens) as JSON, so a test can hold
+a trace of this run to it.
 
 `--warmup N`: each client first sends N requests one at a time (ids `warmup-<client>-<k>`),
 then all start the measured load together; the warm-up requests and the batches that served
@@ -63,6 +70,7 @@ from infer import BUCKETS, clean_text, make_text, train_tokenizer  # noqa: E402
 import tracekit  # noqa: E402
 
 MAX_LEN = 128
+MAX_NEW = 64  # --new-tokens at most (the model's positions: MAX_LEN + MAX_NEW)
 ANNOTATE = True  # --no-annotate: no tracekit calls (capture --request/--batch/--stage instead)
 
 
@@ -84,7 +92,7 @@ class GPTConfig:
     """The model's shape (GPT-2's layout, a few layers: fast on a CPU)."""
 
     vocab_size: int
-    n_positions: int = MAX_LEN
+    n_positions: int = MAX_LEN + MAX_NEW
     n_embd: int = 128
     n_layer: int = 2
     n_head: int = 4
@@ -141,6 +149,9 @@ class Pending:
     batch: int = 0
     batch_start_ns: int = 0
     batch_end_ns: int = 0
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+    output_tokens: int = 0
     answer: str = ""
 
 
@@ -197,10 +208,14 @@ class Server:
             enc = self.preprocess([p.text for p in items])
             s.set(batch_size=len(items), seq_len=enc["seq_len"],
                   padded_tokens=enc["padded_tokens"])  # fmt: skip
-        with stage("inference"), torch.inference_mode():
-            logits = self.model(enc["ids"], enc["mask"])
+        with torch.inference_mode():
+            with stage("prefill"):
+                gen = self.prefill(enc)
+            for _ in range(self.args.new_tokens - 1):
+                with stage("decode"):
+                    self.decode_step(gen)
         with stage("postprocess"):
-            answers = self.postprocess(enc, logits)
+            answers = self.postprocess(gen)
         end = time.perf_counter_ns()
         self.batches.append({
             "batch": number, "requests": [p.rid for p in items], "size": len(items),
@@ -209,6 +224,8 @@ class Server:
         })  # fmt: skip
         for p, answer in zip(items, answers, strict=True):
             p.batch, p.batch_start_ns, p.batch_end_ns, p.answer = number, start, end, answer
+            p.first_token_ns, p.last_token_ns = gen.first_token_ns, gen.last_token_ns
+            p.output_tokens = len(gen.out[0])
 
     def submit(self, p: Pending) -> None:
         """One request: hand it to the batcher, wait for its answer (`--request` target); the
@@ -232,17 +249,49 @@ class Server:
         return {"ids": ids, "mask": mask, "seq_len": length, "tokens": real,
                 "padded_tokens": ids.numel() - real}  # fmt: skip
 
-    def postprocess(self, enc: dict[str, object], logits: torch.Tensor) -> list[str]:
-        mask = enc["mask"]
-        assert isinstance(mask, torch.Tensor)
-        last = mask.sum(dim=1) - 1
-        probs = torch.softmax(logits[torch.arange(len(last)), last].float(), dim=-1)
-        top_p, top_i = probs.topk(3, dim=-1)
-        return [
-            json.dumps({"next": [{"token": self.tok.id_to_token(int(i)), "p": round(float(p), 4)}
-                                 for p, i in zip(ps, ids, strict=True)]})
-            for ps, ids in zip(top_p, top_i, strict=True)
-        ]  # fmt: skip
+    def prefill(self, enc: dict[str, Any]) -> Generation:
+        """The padded batch's forward pass and each text's first token (greedy, at its last
+        real token); the first token's clock is read last thing (`prefill` stage)."""
+        ids, mask = enc["ids"], enc["mask"]
+        lengths = mask.sum(dim=1)
+        # room for the new tokens: sequence i's k-th new token goes at lengths[i] + k
+        room = self.args.new_tokens
+        ids = torch.cat([ids, torch.zeros((len(ids), room), dtype=ids.dtype)], dim=1)
+        mask = torch.cat([mask, torch.zeros((len(mask), room), dtype=mask.dtype)], dim=1)
+        gen = Generation(ids, mask, lengths, width=int(enc["seq_len"]))
+        gen.add(self.model(ids[:, : gen.width], mask[:, : gen.width]))
+        gen.first_token_ns = gen.last_token_ns = time.perf_counter_ns()
+        return gen
+
+    def decode_step(self, gen: Generation) -> None:
+        """One more token for every sequence of the batch (`decode` stage)."""
+        gen.add(self.model(gen.ids[:, : gen.width], gen.mask[:, : gen.width]))
+        gen.last_token_ns = time.perf_counter_ns()
+
+    def postprocess(self, gen: Generation) -> list[str]:
+        return [json.dumps({"text": self.tok.decode(out), "tokens": len(out)}) for out in gen.out]
+
+
+class Generation:
+    """A batch's sequences while tokens are generated (right-padded: each sequence's new
+    tokens go right after its own last token, over the padding)."""
+
+    def __init__(self, ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
+                 width: int) -> None:  # fmt: skip
+        self.ids, self.mask, self.lengths, self.width = ids, mask, lengths.clone(), width
+        self.out: list[list[int]] = [[] for _ in range(len(ids))]
+        self.first_token_ns = self.last_token_ns = 0
+
+    def add(self, logits: torch.Tensor) -> None:
+        """Pick each sequence's next token at its last real position; append it."""
+        rows = torch.arange(len(self.lengths))
+        nxt = logits[rows, self.lengths - 1].argmax(dim=-1)
+        for i, t in enumerate(nxt.tolist()):
+            self.out[i].append(int(t))
+        self.ids[rows, self.lengths] = nxt
+        self.mask[rows, self.lengths] = 1
+        self.lengths += 1
+        self.width = max(self.width, int(self.lengths.max()))
 
 
 def client(server: Server, work: list[tuple[int, float, str]], warmup: list[str],
@@ -285,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
     ap.add_argument("--padding", choices=("longest", "bucket"), default="longest")
+    ap.add_argument("--new-tokens", type=int, default=8,
+                    help=f"tokens generated per request (1 to {MAX_NEW}): a prefill, then a "
+                    "decode step per further token")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--warmup",
@@ -306,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     ANNOTATE = not args.no_annotate
     if args.requests < 1 or args.clients < 1 or args.max_batch < 1 or args.rate <= 0:
         ap.error("--requests, --clients, --max-batch and --rate must be positive")
+    if not 1 <= args.new_tokens <= MAX_NEW:
+        ap.error(f"--new-tokens must be 1 to {MAX_NEW}")
 
     # A thread that wants the GIL waits up to the switch interval per thread ahead of it (5 ms
     # by default): between a range opening and the clock read next to it that put up to 12 ms
@@ -321,8 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         clocks[c] += rng.expovariate(args.rate / args.clients)
         work[c].append((rid, clocks[c], text))
     with torch.inference_mode():  # warm the model up outside every request (first-call costs)
-        enc = server.preprocess(texts[:2])
-        server.model(enc["ids"], enc["mask"])
+        server.postprocess(server.prefill(server.preprocess(texts[:2])))
 
     worker = threading.Thread(target=server.serve, name="batcher")
     worker.start()
@@ -347,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
         "batch_start_ns": p.batch_start_ns, "batch_end_ns": p.batch_end_ns,
         "response_ns": p.response_ns,
         "queue_ms": (p.batch_start_ns - p.arrival_ns) / 1e6,
+        "ttft_ms": (p.first_token_ns - p.arrival_ns) / 1e6,
+        "output_tokens": p.output_tokens,
+        "tpot_ms": ((p.last_token_ns - p.first_token_ns) / (p.output_tokens - 1) / 1e6
+                    if p.output_tokens > 1 else None),
         "batch_ms": (p.batch_end_ns - p.batch_start_ns) / 1e6,
         "hand_back_ms": (p.response_ns - p.batch_end_ns) / 1e6,
         "end_to_end_ms": (p.response_ns - p.arrival_ns) / 1e6,
@@ -362,20 +419,32 @@ def main(argv: list[str] | None = None) -> int:
                                  "window_s": window_s, "requests_per_s": len(requests) / window_s,
                                  "mean_batch": sum(sizes) / len(sizes),
                                  "padding_share": padded / (tokens + padded)}  # fmt: skip
-    for part in ("queue_ms", "batch_ms", "hand_back_ms", "end_to_end_ms"):
-        values = [float(r[part]) for r in requests]
+    summary["output_tokens_per_s"] = sum(int(r["output_tokens"]) for r in requests) / window_s
+    for part in ("queue_ms", "ttft_ms", "tpot_ms", "batch_ms", "hand_back_ms", "end_to_end_ms"):
+        values = [float(r[part]) for r in requests if r[part] is not None]
+        if not values:
+            continue
         for q in (0.5, 0.9, 0.99):
             summary[f"{part[:-3]}_p{round(q * 100)}_ms"] = quantile(values, q)
 
     if not args.quiet:
         for r in requests:
-            print(f"request {r['request']:4d}  batch {r['batch']:3d}  queue {r['queue_ms']:8.3f} ms"
-                  f"  end to end {r['end_to_end_ms']:8.3f} ms")  # fmt: skip
+            print(
+                f"request {r['request']:4d}  batch {r['batch']:3d}  queue {r['queue_ms']:8.3f} ms"
+                f"  ttft {r['ttft_ms']:8.3f} ms  end to end {r['end_to_end_ms']:8.3f} ms"
+            )
     print(
         f"{len(requests)} requests in {len(sizes)} batches (max {args.max_batch}, wait "
         f"{args.max_wait_ms:g} ms, padding {args.padding}): {summary['requests_per_s']:.2f} "
         f"requests/s; mean batch {summary['mean_batch']:.2f}; queue p50 "
-        f"{summary['queue_p50_ms']:.3f} ms p99 {summary['queue_p99_ms']:.3f} ms; end to end "
+        f"{summary['queue_p50_ms']:.3f} ms p99 {summary['queue_p99_ms']:.3f} ms; TTFT p50 "
+        f"{summary['ttft_p50_ms']:.3f} ms p99 {summary['ttft_p99_ms']:.3f} ms; "
+        + (
+            f"TPOT p50 {summary['tpot_p50_ms']:.3f} ms p99 {summary['tpot_p99_ms']:.3f} ms; "
+            if "tpot_p50_ms" in summary
+            else ""
+        )
+        + "end to end "
         f"p50 {summary['end_to_end_p50_ms']:.3f} ms p99 {summary['end_to_end_p99_ms']:.3f} ms; "
         f"{summary['padding_share']:.0%} of tokens padding"
     )

@@ -1,5 +1,5 @@
 -- name: serving_requests
--- returns: one row per served request (one that a batch names), in arrival order: trace_id, request_id, request_key, arrival_ms (from the trace start), batches, batch_id (its first batch), batch_size (of that batch), queue_ms, in_batch_ms, between_batches_ms, hand_back_ms, end_to_end_ms, batch_other_ms, stages_json (JSON object stage -> ms of its batches' stages, in pipeline order)
+-- returns: one row per served request (one that a batch names), in arrival order: trace_id, request_id, request_key, arrival_ms (from the trace start), batches, batch_id (its first batch), batch_size (of that batch), queue_ms, in_batch_ms, between_batches_ms, hand_back_ms, end_to_end_ms, batch_other_ms, stages_json (JSON object stage -> ms of its batches' stages, in pipeline order), ttft_ms, tpot_ms, output_tokens (NULL without a prefill step)
 -- param: $trace_id INTEGER trace to break down
 -- param: $warmup INTEGER served requests left out as warm-up: the first N by arrival, and with them every batch that served only them
 -- default: $trace_id 1
@@ -14,6 +14,11 @@
 -- end_to_end (negative parts are clipped to 0: a batch that starts before the request arrives
 -- or ends after it answered). A stage belongs to a batch when it starts inside it on the
 -- batch's thread; a stage nested in another of the same batch counts inside its parent only.
+-- Generation (stages named prefill and decode in its batches, e.g. `--stage
+-- prefill=srv:Server.prefill --stage decode=srv:Server.decode_step`): the first token is out
+-- when the batch's prefill step ends; ttft = arrival -> then; output_tokens = 1 + decode steps;
+-- tpot = (its last decode step ends - first token) / (output_tokens - 1). Every request of a
+-- batch gets all of the batch's tokens (examples/batch_server.py's clock uses the same rules).
 WITH warm AS (  -- the first $warmup served requests by arrival (warm-up: left out)
     SELECT request_id FROM (
         SELECT r.request_id, row_number() OVER (ORDER BY r.start_ns, r.request_id) AS k
@@ -59,6 +64,15 @@ WITH warm AS (  -- the first $warmup served requests by arrival (warm-up: left o
            arg_min(size, (start_ns, batch_id)) AS batch_size,
            min(start_ns) AS b0, max(end_ns) AS b1, sum(end_ns - start_ns) AS in_batch_ns
     FROM served GROUP BY request_id
+), gen AS (  -- generation: the prefill and decode steps of its batches (not nested in another)
+    SELECT v.request_id,
+           min(i.start_ns + i.ns) FILTER (WHERE i.stage = 'prefill') AS first_token_ns,
+           max(i.start_ns + i.ns) FILTER (WHERE i.stage = 'decode') AS last_token_ns,
+           count(*) FILTER (WHERE i.stage = 'decode') AS decode_steps
+    FROM served v JOIN in_batch i USING (batch_id)
+    WHERE i.stage IN ('prefill', 'decode')
+      AND (i.parent_stage IS NULL OR i.parent_stage NOT IN ('prefill', 'decode'))
+    GROUP BY v.request_id
 ), t0 AS (
     SELECT start_ns FROM traces WHERE trace_id = $trace_id
 )
@@ -71,8 +85,13 @@ SELECT $trace_id AS trace_id, r.request_id, p.request_key,
        greatest(r.end_ns - p.b1, 0) / 1e6 AS hand_back_ms,
        r.dur_ns / 1e6 AS end_to_end_ms,
        greatest(p.in_batch_ns - coalesce(o.staged_ns, 0), 0) / 1e6 AS batch_other_ms,
-       coalesce(o.stages_json, '{}') AS stages_json
+       coalesce(o.stages_json, '{}') AS stages_json,
+       (g.first_token_ns - r.start_ns) / 1e6 AS ttft_ms,
+       CASE WHEN g.decode_steps > 0 AND g.first_token_ns IS NOT NULL
+            THEN (g.last_token_ns - g.first_token_ns) / g.decode_steps / 1e6 END AS tpot_ms,
+       CASE WHEN g.first_token_ns IS NOT NULL THEN 1 + g.decode_steps END AS output_tokens
 FROM per_req p
 JOIN requests r ON r.trace_id = $trace_id AND r.request_id = p.request_id
 LEFT JOIN stage_obj o ON o.request_id = p.request_id
+LEFT JOIN gen g ON g.request_id = p.request_id
 ORDER BY r.start_ns, r.request_id;

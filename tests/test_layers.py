@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tracekit"
 # Bottom to top; a module belongs to the layer of its longest listed prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("tracekit.version", "tracekit.config", "tracekit.errors", "tracekit.atomic",
-              "tracekit.progress", "tracekit.redact", "tracekit.annotate")),
+              "tracekit.progress", "tracekit.redact", "tracekit.annotate", "tracekit.slo")),
     ("database", ("tracekit.sqlfile", "tracekit.store.literals", "tracekit.store.db_errors",
                   "tracekit.categories", "tracekit.structures", "tracekit.sql")),
     ("ingest", ("tracekit.ingest",)),

@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import tracekit
-from tracekit import annotate
+from tests import procs
+from tracekit import annotate, slo
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER = REPO / "examples" / "batch_server.py"
@@ -49,7 +49,7 @@ def captured(tmp_path_factory) -> tuple[list[Path], dict]:
            "--clients", str(CLIENTS), "--warmup", "1", "--max-batch", "8", "--max-wait-ms",
            "10", "--quiet",
            "--log", str(log)]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"{40 + CLIENTS} requests; " in res.stdout and " batches" in res.stdout, res.stdout
     traces = [root / "run" / "torch.pt.trace.json"]
@@ -98,6 +98,8 @@ def check_percentiles(trace: Path, log: dict) -> None:
         per_request = t.query_dicts("serving_requests", trace_id=1, warmup=CLIENTS)
         waterfall = t.query_dicts("serving_waterfall", trace_id=1, warmup=CLIENTS)
     parts = {r["part"]: r for r in waterfall}
+    with tracekit.open(trace) as t:
+        (tp,) = t.query_dicts("serving_throughput", trace_id=1, warmup=CLIENTS)
     assert len(per_request) == len(log["requests"]) == 40
     # each request in the batch the server put it in
     assert {r["request_key"]: r["batch_id"] for r in per_request} == {
@@ -108,7 +110,7 @@ def check_percentiles(trace: Path, log: dict) -> None:
     # stalls a few threads between the server's clock read and the range: seen, 0.7 ms at p50
     # beside a Spark JVM; a p50/p99 of 40 values moves with them).
     traced = {r["request_key"]: r for r in per_request}
-    for part in ("queue", "end_to_end"):
+    for part in ("queue", "ttft", "tpot", "end_to_end"):
         pairs = [(float(traced[str(r["request"])][f"{part}_ms"]), float(r[f"{part}_ms"]))
                  for r in log["requests"]]  # fmt: skip
         bias = quantile([t - o for t, o in pairs], 0.5)
@@ -116,6 +118,19 @@ def check_percentiles(trace: Path, log: dict) -> None:
         assert abs(bias) <= tolerance(p50), (trace.name, part, bias, p50, pairs)
         close = sum(abs(t - o) <= tolerance(o) for t, o in pairs) / len(pairs)
         assert close >= 0.9, (trace.name, part, close, pairs)
+    # p50 and p99 against the server's printed figures (its summary)
+    summary = log["summary"]
+    figures = {"queue": parts["queue"], "end_to_end": parts["end_to_end"],
+               "ttft": {"p50_ms": tp["ttft_p50_ms"], "p99_ms": tp["ttft_p99_ms"]},
+               "tpot": {"p50_ms": tp["tpot_p50_ms"], "p99_ms": tp["tpot_p99_ms"]}}  # fmt: skip
+    for part, row in figures.items():
+        for col in ("p50_ms", "p99_ms"):
+            expected = summary[f"{part}_{col}"]
+            assert abs(row[col] - expected) <= tolerance(expected), (trace.name, part, col, row)
+    # every request made the server's --new-tokens (a prefill, then decode steps)
+    for r in log["requests"]:
+        assert traced[str(r["request"])]["output_tokens"] == r["output_tokens"], trace.name
+    assert tp["output_tokens"] == sum(r["output_tokens"] for r in log["requests"])
     # the parts add up to the end-to-end time
     assert sum(r["share"] for p, r in parts.items() if p != "end_to_end") == pytest.approx(1.0)
 
@@ -185,9 +200,8 @@ def test_report_opens_with_the_serving_sentence(captured, tmp_path):
     mean_batch = sum(len(e["name"][15:-1].split(",")) for e in batches) / len(batches)
 
     out = tmp_path / "report.json"
-    res = subprocess.run([sys.executable, "-m", "tracekit", "report", str(trace), "--format",
-                          "json", "-o", str(out)], capture_output=True, text=True, cwd=REPO,
-                         timeout=600)  # fmt: skip
+    res = procs.run([sys.executable, "-m", "tracekit", "report", str(trace), "--format",
+                     "json", "-o", str(out)], capture_output=True, text=True, cwd=REPO)  # fmt: skip
     assert res.returncode == 0, res.stderr
     report = json.loads(out.read_text())["traces"][0]
     serving = report["serving"]
@@ -199,11 +213,90 @@ def test_report_opens_with_the_serving_sentence(captured, tmp_path):
     sentence = serving["sentence"]
     assert sentence.startswith(f"Over {len(reqs)} served requests, end-to-end p50 ")
     assert f"{rps:.1f} requests/s" in sentence and f"mean batch {mean_batch:.1f}" in sentence
-    assert [p["part"] for p in serving["parts"]][:4] == [
-        "queue", "preprocess", "inference", "postprocess"]  # fmt: skip
+    assert [p["part"] for p in serving["parts"]][:5] == [
+        "queue", "preprocess", "prefill", "decode", "postprocess"]  # fmt: skip
     # (each share rounded to 6 decimals in the JSON: the sum within 1e-5 of 1)
     assert sum(p["share"] for p in serving["parts"] if p["part"] != "end_to_end") == (
         pytest.approx(1.0, abs=1e-5))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_report_warmup_and_slo_give_goodput_on_the_first_screen(captured, tmp_path):
+    """`report --warmup N --slo ...`: the served requests are the server's measured ones (its
+    log), each target's share is the server's own clock's share, give or take the requests
+    whose two clocks fall either side of the limit."""
+    traces, log = captured
+    requests = log["requests"]
+    e2e_limit = quantile([r["end_to_end_ms"] for r in requests], 0.5)
+    ttft_limit = quantile([r["ttft_ms"] for r in requests], 0.9)
+    slos = [f"end_to_end.p99<={e2e_limit:.3f}ms", f"ttft.p90<={ttft_limit:.3f}ms"]
+    for trace in traces:
+        out = tmp_path / f"{trace.name}.json"
+        cmd = [sys.executable, "-m", "tracekit", "report", str(trace), "--format", "json", "-o",
+               str(out), "--warmup", str(CLIENTS), "--slo", slos[0], "--slo", slos[1]]  # fmt: skip
+        res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
+        assert res.returncode == 0, res.stderr
+        serving = json.loads(out.read_text())["traces"][0]["serving"]
+        assert serving["throughput"]["requests"] == len(requests)
+        assert serving["throughput"]["batches"] == len(log["batches"])
+        with tracekit.open(trace) as t:
+            rows = t.query_dicts("serving_requests", trace_id=1, warmup=CLIENTS)
+        traced = {r["request_key"]: r for r in rows}
+        both = 0
+        for text, part, limit in zip(slos, ("end_to_end", "ttft"), (e2e_limit, ttft_limit),
+                                    strict=True):  # fmt: skip
+            (row,) = [r for r in serving["slo"] if r["slo"] == text]
+            mine = [float(r[f"{part}_ms"]) for r in requests]
+            within = sum(v <= round(limit, 3) for v in mine) / len(mine)
+            near = sum(
+                abs(float(r[f"{part}_ms"]) - limit)
+                <= max(0.3, abs(float(traced[str(r["request"])][f"{part}_ms"]) - r[f"{part}_ms"]))
+                for r in requests
+            ) / len(requests)
+            assert abs(row["within"] - within) <= near + 1e-9, (trace.name, row, within, near)
+            assert row["met"] == (row["within"] * 100 >= row["percentile"])
+            both += 1
+        assert both == 2
+        tp = serving["throughput"]
+        assert tp["goodput_per_s"] == pytest.approx(tp["within_slo"] * tp["requests_per_s"],
+                                                    rel=1e-5)  # fmt: skip
+        # the first screen: the sentence names each target's share and the goodput
+        sentence = serving["sentence"]
+        for r in serving["slo"]:
+            assert f"SLO {r['slo']}: {r['within']:.1%} of requests within" in sentence
+        assert f"goodput {tp['goodput_per_s']:.1f} requests/s" in sentence
+        assert f"Over {len(requests)} served requests" in sentence
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--slo", "latency.p99<=200ms"], "--slo 'latency.p99<=200ms': unknown metric 'latency'"),
+    (["--slo", "end_to_end.p99<200ms"], "--slo 'end_to_end.p99<200ms': write METRIC.pNN<=LIMIT"),
+    (["--slo", "ttft.p120<=5ms"], "the percentile must be in (0, 100]"),
+    (["--slo", "ttft<=5ms", "--slo", "ttft.p50<=9ms"], "a second target for ttft"),
+    (["--warmup", "-1"], "--warmup -1: must be 0 or more"),
+])  # fmt: skip
+def test_bad_slo_and_warmup_are_one_line_exit_2(tmp_path, args, message):
+    trace = REPO / "sample_traces" / "torch.pt.trace.json"
+    for command in (["report", str(trace), "-o", str(tmp_path / "r.html")],
+                    ["check", str(trace), "--budget", "serving.requests_per_s>=1"],
+                    ["diff", str(trace), str(trace)]):  # fmt: skip
+        res = procs.run([sys.executable, "-m", "tracekit", *command, *args],
+                        capture_output=True, text=True, cwd=REPO)  # fmt: skip
+        assert res.returncode == 2, (command, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (command, lines)
+
+
+def test_slo_texts_read_as_written():
+    read = slo.parse_slo
+    assert read("end_to_end.p99<=200ms") == slo.Slo("end_to_end", 99.0, 200.0,
+                                                    "end_to_end.p99<=200ms")  # fmt: skip
+    assert (read("ttft.p90 <= 0.25s").limit_ms, read("ttft.p90 <= 0.25s").percentile) == (250, 90)
+    assert read("tpot<=300us").limit_ms == pytest.approx(0.3) and read("tpot<=1").percentile == 100
+    opts = slo.serving_options(3, ["queue.p50<=5ms", "end_to_end.p99<=1s"])
+    assert opts.params({"warmup", "slo_ms", "slo_queue_ms", "slo_ttft_ms"}) == {
+        "warmup": 3, "slo_queue_ms": 5.0, "slo_ms": 1000.0}  # fmt: skip
+    assert opts.params({"warmup"}) == {"warmup": 3}
 
 
 def plain_serving(trace: Path) -> tuple[float, float, float]:
@@ -231,7 +324,7 @@ def test_diff_of_max_batch_1_and_8_names_throughput_and_queue(captured, tmp_path
     cmd = [sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o", str(single), "--",
            sys.executable, str(SERVER), "--requests", "24", "--rate", "300", "--clients", "4",
            "--max-batch", "1", "--quiet"]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     before = plain_serving(single / "torch.pt.trace.json")
     after = plain_serving(traces[0])
@@ -239,7 +332,7 @@ def test_diff_of_max_batch_1_and_8_names_throughput_and_queue(captured, tmp_path
 
     cmd = [sys.executable, "-m", "tracekit", "diff", str(single / "torch.pt.trace.json"),
            str(traces[0]), "--format", "md"]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr
     headline = res.stdout.splitlines()[2]
     assert headline.startswith(
@@ -260,57 +353,70 @@ def test_check_holds_serving_budgets(captured):
     cmd = [sys.executable, "-m", "tracekit", "check", str(traces[0])]
     for b in budgets:
         cmd += ["--budget", b]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 1, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].startswith(f"PASS {budgets[0]}: measured ")
     assert float(lines[0].split("measured ")[1].split(" ")[0]) == pytest.approx(rps, rel=1e-3)
     assert lines[1].startswith(f"FAIL {budgets[1]}: measured ")
 
-    res = subprocess.run([*cmd[:5], "--budget", "serving.p99_ms<=1"], capture_output=True,
-                         text=True, cwd=REPO, timeout=600)  # fmt: skip
+    res = procs.run([*cmd[:5], "--budget", "serving.p99_ms<=1"], capture_output=True,
+                         text=True, cwd=REPO)  # fmt: skip
     assert res.returncode == 2 and "unknown metric 'p99_ms'" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 
 ZERO_CODE = ["--request", "batch_server:Server.submit", "--batch", "batch_server:Server.run_batch",
              "--stage", "preprocess=batch_server:Server.preprocess",
-             "--stage", "inference=batch_server:TinyGPT.forward",
+             "--stage", "prefill=batch_server:Server.prefill",
+             "--stage", "decode=batch_server:Server.decode_step",
              "--stage", "postprocess=batch_server:Server.postprocess"]  # fmt: skip
 
 
 @pytest.mark.slow
 def test_zero_code_change_capture_matches_the_servers_clock(tmp_path):
-    """The server with --no-annotate, its requests and batches named by capture flags."""
+    """The server with --no-annotate, its requests, batches and generation steps named by
+    capture flags; seen by torch.profiler, and by nsys where it is installed."""
     log = tmp_path / "server.json"
-    cmd = [sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o", str(tmp_path / "run"),
+    nsys = "--nsys" if HAVE_NSYS else "--no-nsys"
+    cmd = [sys.executable, "-m", "tracekit", "capture", nsys, "-o", str(tmp_path / "run"),
            *ZERO_CODE, "--", sys.executable, str(SERVER), "--no-annotate", "--requests", "30",
            "--rate", "300", "--clients", "4", "--warmup", "1", "--quiet", "--log",
            str(log)]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     data = json.loads(log.read_text())
-    trace = tmp_path / "run" / "torch.pt.trace.json"
+    traces = [tmp_path / "run" / "torch.pt.trace.json"]
+    if HAVE_NSYS:
+        traces.append(tmp_path / "run" / "nsys.sqlite")
+    for trace in traces:
+        check_zero_code(trace, data)
+
+
+def check_zero_code(trace: Path, data: dict) -> None:
     with tracekit.open(trace) as t:
         rows = t.query_dicts("serving_requests", trace_id=1, warmup=4)
         parts = {r["part"]: r for r in t.query_dicts("serving_waterfall", trace_id=1, warmup=4)}
         (tp,) = t.query_dicts("serving_throughput", trace_id=1, warmup=4)
         stages = {r["stage"] for r in t.sql("SELECT DISTINCT stage FROM stages").to_dicts()}
-    assert len(rows) == len(data["requests"]) == 30
-    assert stages == {"preprocess", "inference", "postprocess"}
+    assert len(rows) == len(data["requests"]) == 30, trace.name
+    assert stages == {"preprocess", "prefill", "decode", "postprocess"}, trace.name
     # batch membership (the ids here are the capture's: 1.. in call order): the batches of
     # measured requests, in start order, hold as many requests as the server's batches
     by_batch: dict[int, int] = {}
     for r in rows:
         by_batch[r["batch_id"]] = r["batch_size"]
     assert [by_batch[b] for b in sorted(by_batch)] == [b["size"] for b in data["batches"]]
-    for part in ("queue", "end_to_end"):
+    figures = {"queue": parts["queue"], "end_to_end": parts["end_to_end"],
+               "ttft": {"p50_ms": tp["ttft_p50_ms"], "p99_ms": tp["ttft_p99_ms"]},
+               "tpot": {"p50_ms": tp["tpot_p50_ms"], "p99_ms": tp["tpot_p99_ms"]}}  # fmt: skip
+    for part, row in figures.items():
         mine = [float(r[f"{part}_ms"]) for r in data["requests"]]
         for q, col in ((0.5, "p50_ms"), (0.99, "p99_ms")):
             expected = quantile(mine, q)
-            assert abs(parts[part][col] - expected) <= tolerance(expected), (part, col)
+            assert abs(row[col] - expected) <= tolerance(expected), (trace.name, part, col)
     expected_rps = data["summary"]["requests_per_s"]
-    assert abs(tp["requests_per_s"] - expected_rps) <= 0.01 * expected_rps
+    assert abs(tp["requests_per_s"] - expected_rps) <= 0.01 * expected_rps, trace.name
 
 
 @pytest.mark.slow
@@ -319,17 +425,33 @@ def test_a_mistaken_batch_target_is_explained_in_one_line(tmp_path):
            "--request", "batch_server:Server.submit", "--batch", "batch_server:Server.take_batch",
            "--", sys.executable, str(SERVER), "--no-annotate", "--requests", "4",
            "--quiet"]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     lines = [ln for ln in res.stderr.splitlines() if "--batch" in ln]
     assert len(lines) == 1, res.stderr
     assert "--batch batch_server:Server.take_batch was called" in lines[0]
     assert "never with an object a running --request call received" in lines[0]
 
-    res = subprocess.run([sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o",
+    # a function that exists but never runs (one token per request: no decode step), and one
+    # that does not exist: each named in one line
+    for target, extra, says in (
+        ("batch_server:Server.decode_step", ["--new-tokens", "1"], "was never called: no batches"),
+        ("batch_server:Server.no_such", [], "was never applied (not found)"),
+    ):
+        cmd = [sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o",
+               str(tmp_path / target.rsplit(".", 1)[1]), "--request", "batch_server:Server.submit",
+               "--batch", target, "--", sys.executable, str(SERVER), "--no-annotate",
+               "--requests", "4", "--quiet", *extra]  # fmt: skip
+        res = procs.run(cmd, capture_output=True, text=True, cwd=REPO)
+        assert res.returncode == 0, res.stderr[-3000:]
+        lines = [ln for ln in res.stderr.splitlines() if "--batch" in ln]
+        assert len(lines) == 1, res.stderr
+        assert lines[0].startswith(f"tracekit: --batch {target} {says}"), lines
+
+    res = procs.run([sys.executable, "-m", "tracekit", "capture", "--no-nsys", "-o",
                           str(tmp_path / "run2"), "--batch", "batch_server:Server.run_batch",
                           "--", sys.executable, str(SERVER)], capture_output=True, text=True,
-                         cwd=REPO, timeout=600)  # fmt: skip
+                         cwd=REPO)  # fmt: skip
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "Error: --batch needs --request: a batch serves the requests it receives"]  # fmt: skip

@@ -10,6 +10,7 @@ from tracekit.commands.options import (
     cache_dir_option,
     parse_stage_rules,
     refresh_option,
+    serving_option,
     stage_option,
 )
 from tracekit.errors import CheckFailed, ConfigError
@@ -55,12 +56,13 @@ from tracekit.errors import CheckFailed, ConfigError
     help="Also write a JUnit XML file, one testcase per budget.",
 )
 @stage_option
+@serving_option
 @cache_dir_option
 @refresh_option
 def command(trace: Path, baseline: Path | None, budgets: tuple[str, ...],
             budget_files: tuple[Path, ...], regressions: tuple[str, ...],
             top_kernels: int | None, junit: Path | None, stage_rules: tuple[str, ...],
-            refresh: bool) -> None:  # fmt: skip
+            warmup: int, slo_texts: tuple[str, ...], refresh: bool) -> None:  # fmt: skip
     """Hold TRACE to latency budgets. Prints PASS/FAIL per budget; exit 0 when all hold,
     1 when one fails, 2 for bad input or a malformed budget (docs/diff-check.md).
 
@@ -68,7 +70,9 @@ def command(trace: Path, baseline: Path | None, budgets: tuple[str, ...],
     or unattributed."""
     from tracekit.compare.budgets import parse_budget, parse_budget_file, parse_regression
     from tracekit.compare.check import run_check, write_junit
+    from tracekit.slo import serving_options
 
+    serving = serving_options(warmup, slo_texts)
     parsed = [parse_budget(b) for b in budgets]
     for f in budget_files:
         parsed += parse_budget_file(f)
@@ -77,7 +81,8 @@ def command(trace: Path, baseline: Path | None, budgets: tuple[str, ...],
         raise ConfigError("nothing to check: give --budget, --budget-file, --max-regression "
                           "or --no-new-top-kernels")  # fmt: skip
     result = run_check(trace, parsed, baseline, top_kernels,
-                       stage_rules=parse_stage_rules(stage_rules), refresh=refresh)  # fmt: skip
+                       stage_rules=parse_stage_rules(stage_rules), refresh=refresh,
+                       serving=serving)  # fmt: skip
     for v in result.views:
         click.echo(f"Measured {v}", err=True)
     for o in result.outcomes:

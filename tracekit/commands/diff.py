@@ -12,6 +12,7 @@ from tracekit.commands.options import (
     force_option,
     parse_stage_rules,
     refresh_option,
+    serving_option,
     stage_option,
 )
 
@@ -66,12 +67,13 @@ _SUFFIX_FORMAT = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
 )
 @force_option
 @stage_option
+@serving_option
 @cache_dir_option
 @refresh_option
 def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
             candidate_runs: tuple[Path, ...], output: Path | None, fmt: str | None,
             per: str | None, min_change: float, force: bool, stage_rules: tuple[str, ...],
-            refresh: bool) -> None:  # fmt: skip
+            warmup: int, slo_texts: tuple[str, ...], refresh: bool) -> None:  # fmt: skip
     """Compare a baseline with a candidate: a headline naming the changes that matter, stage
     latency (p50/p90/p99/mean), throughput, GPU busy per device, and ops/kernels compared per
     call, each change split into more calls and slower calls, per unit of work.
@@ -82,7 +84,9 @@ def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
     from tracekit.atomic import atomic_output
     from tracekit.compare.diff import diff_runs
     from tracekit.compare.render import render
+    from tracekit.slo import serving_options
 
+    serving = serving_options(warmup, slo_texts)
     stdout = output is not None and str(output) == "-"
     if fmt is None:
         fmt = _SUFFIX_FORMAT.get(output.suffix.lower(), "table") if output else "table"
@@ -98,7 +102,7 @@ def command(baseline: Path, candidate: Path, baseline_runs: tuple[Path, ...],
                                           *candidate_runs]), force)  # fmt: skip
     result = diff_runs([baseline, *baseline_runs], [candidate, *candidate_runs],
                        stage_rules=parse_stage_rules(stage_rules), refresh=refresh,
-                       min_change=min_change / 100, per=per)  # fmt: skip
+                       min_change=min_change / 100, per=per, serving=serving)  # fmt: skip
     text = render(result, fmt)
     if output is None:
         sys.stdout.write(text)

@@ -38,6 +38,28 @@ def stage_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def serving_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--warmup N` and `--slo METRIC.pNN<=LIMIT` (repeatable) for a batched server's figures
+    (tracekit.slo.serving_options parses them)."""
+    f = click.option(
+        "--slo",
+        "slo_texts",
+        multiple=True,
+        metavar="METRIC.pNN<=LIMIT",
+        help="A batched server's target, e.g. 'end_to_end.p99<=200ms' (metrics: end_to_end, "
+        "queue, ttft, tpot; repeatable): the share of requests within it, and goodput.",
+    )(f)
+    return click.option(
+        "--warmup",
+        type=int,
+        default=0,
+        show_default=True,
+        metavar="N",
+        help="A batched server: leave out the first N served requests by arrival and every "
+        "batch that served only them.",
+    )(f)
+
+
 def force_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """`--force`: the one switch that lets a command replace what it would write (a file, a
     store, a run folder); without it, an existing output is an error that names it."""

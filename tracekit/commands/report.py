@@ -12,6 +12,7 @@ from tracekit.commands.options import (
     force_option,
     format_option,
     parse_stage_rules,
+    serving_option,
     stage_option,
 )
 
@@ -36,6 +37,7 @@ from tracekit.commands.options import (
     help="Ops and kernels listed per stage.",
 )
 @stage_option
+@serving_option
 @cache_dir_option
 @engine_option
 def command(
@@ -46,11 +48,15 @@ def command(
     top_n: int,
     stage_rules: tuple[str, ...],
     engine: str,
+    warmup: int,
+    slo_texts: tuple[str, ...],
 ) -> None:
     """Write a report: end-to-end latency split by stage, findings, top ops and kernels, GPU
     busy/idle and copies, one section per trace (docs/report.md)."""
     from tracekit.report import write_report
+    from tracekit.slo import serving_options
 
+    serving = serving_options(warmup, slo_texts)
     path = write_report(
         list(source),
         output=output,
@@ -59,6 +65,7 @@ def command(
         stage_rules=parse_stage_rules(stage_rules),
         top_n=top_n,
         engine=engine,
+        serving=serving,
     )
     if str(path) != "-":
         click.echo(f"Wrote {path}")

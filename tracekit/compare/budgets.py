@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracekit.compare.metrics import SERVING_METRICS, STAGE_METRICS, RunMetrics
+from tracekit.compare.metrics import GOODPUT, SERVING_METRICS, STAGE_METRICS, RunMetrics
 from tracekit.errors import ConfigError
 
 SERVING = "serving"  # the pseudo-stage of SERVING_METRICS
@@ -165,6 +165,14 @@ def _value(budget: Budget, metrics: RunMetrics, what: str) -> float:
         if metrics.serving is None:
             raise ConfigError(f"{budget.source}: budget {budget.text!r}: {what} has no served "
                               "requests (no tracekit.batch ranges)")  # fmt: skip
+        if budget.metric in GOODPUT and budget.metric not in metrics.serving:
+            raise ConfigError(f"{budget.source}: budget {budget.text!r} needs a target: "
+                              "--slo 'end_to_end.p99<=200ms' (or queue, ttft, tpot)")  # fmt: skip
+        if budget.metric not in metrics.serving:
+            raise ConfigError(
+                f"{budget.source}: budget {budget.text!r}: {what} has no prefill and decode "
+                "steps in its batches (no generation)"
+            )
         return metrics.serving[budget.metric]
     s = metrics.stage(budget.stage)
     if s is None:

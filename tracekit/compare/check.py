@@ -11,6 +11,7 @@ from tracekit.atomic import atomic_output
 from tracekit.compare.budgets import Budget, Outcome, evaluate
 from tracekit.compare.metrics import RunMetrics, expand_runs, load_side
 from tracekit.errors import ConfigError
+from tracekit.slo import NO_SERVING_OPTIONS, ServingOptions
 from tracekit.store.stages import StageRule
 
 
@@ -70,15 +71,18 @@ def check_metrics(metrics: RunMetrics, budgets: Sequence[Budget],
 
 def run_check(trace: str | Path, budgets: Sequence[Budget], baseline: str | Path | None = None,
               top_kernels: int | None = None, stage_rules: Sequence[StageRule] | None = None,
-              refresh: bool = False) -> CheckResult:  # fmt: skip
-    """Measure `trace` (a file, run folder or folder of runs, pooled) and hold it to budgets."""
+              refresh: bool = False,
+              serving: ServingOptions = NO_SERVING_OPTIONS) -> CheckResult:  # fmt: skip
+    """Measure `trace` (a file, run folder or folder of runs, pooled) and hold it to budgets
+    (`serving`: --warmup, and the --slo targets of serving.within_slo / goodput_per_s)."""
     if baseline is None and (top_kernels is not None or any(b.regression for b in budgets)):
         raise ConfigError("--max-regression and --no-new-top-kernels need --baseline")
-    metrics, _ = load_side(expand_runs(trace), str(trace), stage_rules, refresh, per_run=False)
+    metrics, _ = load_side(expand_runs(trace), str(trace), stage_rules, refresh, per_run=False,
+                           serving=serving)  # fmt: skip
     base = None
     if baseline is not None:
         base, _ = load_side(expand_runs(baseline), str(baseline), stage_rules, refresh,
-                            per_run=False)  # fmt: skip
+                            per_run=False, serving=serving)  # fmt: skip
     result = check_metrics(metrics, budgets, base, top_kernels)
     return CheckResult(result.outcomes, metrics.views)
 

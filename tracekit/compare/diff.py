@@ -27,6 +27,7 @@ from tracekit.compare.result import (
     StageDelta,
 )
 from tracekit.compare.views import expand_runs
+from tracekit.slo import NO_SERVING_OPTIONS, ServingOptions
 from tracekit.store.stages import StageRule
 
 DIFF_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms")
@@ -158,7 +159,8 @@ def _serving_deltas(b: RunMetrics, a: RunMetrics) -> tuple[MetricDelta, ...]:
     """A batched server's figures (SERVING_METRICS), when both sides served requests."""
     if b.serving is None or a.serving is None:
         return ()
-    return tuple(_delta(k, b.serving[k], a.serving[k]) for k in SERVING_METRICS)
+    return tuple(_delta(k, b.serving.get(k), a.serving.get(k)) for k in SERVING_METRICS
+                 if k in b.serving or k in a.serving)  # fmt: skip
 
 
 def compare_metrics(
@@ -235,14 +237,16 @@ def diff_runs(
     seed: int = SEED,
     min_change: float = MIN_CHANGE,
     per: str | None = None,
+    serving: ServingOptions = NO_SERVING_OPTIONS,
 ) -> DiffResult:
-    """Compare runs. Each path is a trace/store file, a run folder, or a folder of runs;
+    """Compare runs (`serving`: --warmup and --slo for a batched server's figures). Each path
+    is a trace/store file, a run folder, or a folder of runs;
     several runs per side are pooled (see docs/diff-check.md). Ops and kernels are compared
     per request, per occurrence of the range `per` when given, else per second of span."""
     b_list = [r for p in baseline_paths for r in expand_runs(p)]
     a_list = [r for p in candidate_paths for r in expand_runs(p)]
-    b, b_runs = load_side(b_list, _label(b_list), stage_rules, refresh, per=per)
-    a, a_runs = load_side(a_list, _label(a_list), stage_rules, refresh, per=per)
+    b, b_runs = load_side(b_list, _label(b_list), stage_rules, refresh, per=per, serving=serving)
+    a, a_runs = load_side(a_list, _label(a_list), stage_rules, refresh, per=per, serving=serving)
     return compare_metrics(b, a, b_runs, a_runs, resamples, seed, min_change, per)
 
 

@@ -127,9 +127,14 @@ def _serving_sentence(serving: Sequence[MetricDelta]) -> str:
         ratio = f" (×{d.after / d.before:.2f})" if d.before else ""
         return f"{d.before:,.{digits}f} → {d.after:,.{digits}f}{unit}{ratio}"
 
+    ttft = (
+        f"TTFT p50 {move('ttft_p50_ms', ' ms', 2)}, TPOT p50 {move('tpot_p50_ms', ' ms', 2)}; "
+        if "ttft_p50_ms" in m
+        else ""
+    )
     return (
         f"Served: {move('requests_per_s', ' requests/s', 1)}; queue p50 "
-        f"{move('queue_p50_ms', ' ms', 2)}, p99 {move('queue_p99_ms', ' ms', 2)}; end-to-end "
+        f"{move('queue_p50_ms', ' ms', 2)}, p99 {move('queue_p99_ms', ' ms', 2)}; {ttft}end-to-end "
         f"p50 {move('end_to_end_p50_ms', ' ms', 2)}, p99 {move('end_to_end_p99_ms', ' ms', 2)}; "
         f"mean batch {move('mean_batch', '', 1)}."
     )

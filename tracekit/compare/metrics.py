@@ -17,13 +17,21 @@ from typing import Any
 import numpy as np
 
 from tracekit.compare.views import RunViews, expand_runs, run_views
+from tracekit.slo import NO_SERVING_OPTIONS, ServingOptions
+from tracekit.sql import load_query
 from tracekit.store.stages import StageRule
 from tracekit.store.traceset import TraceSet, open_traces
 
 STAGE_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms", "share", "count")
 # a batched server's figures (queries serving_throughput and serving_waterfall), by name
 SERVING_METRICS = ("requests_per_s", "mean_batch", "queue_p50_ms", "queue_p99_ms",
-                   "end_to_end_p50_ms", "end_to_end_p99_ms")  # fmt: skip
+                   "end_to_end_p50_ms", "end_to_end_p99_ms", "ttft_p50_ms", "ttft_p99_ms",
+                   "tpot_p50_ms", "tpot_p99_ms", "output_tokens_per_s", "within_slo",
+                   "goodput_per_s")  # fmt: skip
+# those only a server that generates has (prefill / decode steps in its batches): absent else
+GENERATION_SERVING = frozenset({"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+                                "output_tokens_per_s"})  # fmt: skip
+GOODPUT = ("within_slo", "goodput_per_s")  # only with --slo targets
 
 __all__ = [
     "SERVING_METRICS",
@@ -181,12 +189,18 @@ def _rows(ts: TraceSet, name: str) -> list[dict[str, Any]]:
 GENERATION_METRICS = ("ttft", "tpot")  # per-request figures of generation_requests
 
 
-def _generation_samples(ts: TraceSet) -> dict[str, list[float]]:
-    """ttft / tpot (ms) of every request with generation steps (queries/generation_requests)."""
+def _generation_samples(
+    ts: TraceSet, opts: ServingOptions = NO_SERVING_OPTIONS
+) -> dict[str, list[float]]:
+    """ttft / tpot (ms) of every request with generation steps (queries/generation_requests;
+    a batched server's from serving_requests: its batches' steps serve all their requests)."""
     out: dict[str, list[float]] = defaultdict(list)
     ids = ts.sql("SELECT trace_id FROM traces ORDER BY trace_id")["trace_id"].to_list()
     for trace_id in ids:
-        for r in ts.query("generation_requests", trace_id=trace_id).to_dicts():
+        rows = ts.query_dicts("serving_requests", trace_id=trace_id, **opts.params({"warmup"}))
+        if not rows:
+            rows = ts.query("generation_requests", trace_id=trace_id).to_dicts()
+        for r in rows:
             for name in GENERATION_METRICS:
                 if r[f"{name}_ms"] is not None:
                     out[name].append(float(r[f"{name}_ms"]))
@@ -202,29 +216,35 @@ def _sample_stats(name: str, values: list[float]) -> StageStats:
     )
 
 
-def _stage_part(ts: TraceSet) -> tuple[tuple[StageStats, ...], dict[str, np.ndarray]]:
+def _stage_part(
+    ts: TraceSet, opts: ServingOptions = NO_SERVING_OPTIONS
+) -> tuple[tuple[StageStats, ...], dict[str, np.ndarray]]:
     stats = _rows(ts, "compare_stage_stats")
     samples: dict[str, list[float]] = defaultdict(list)
     for r in _rows(ts, "compare_stage_samples"):
         samples[str(r["stage"])].append(r["dur_ns"] / 1e6)
     stages = [StageStats(**{k: r[k] for k in StageStats.__dataclass_fields__}) for r in stats]
     # time to first token / per output token, as pseudo-stages: `ttft.p99_ms`, `tpot.p50_ms`
-    for name, values in _generation_samples(ts).items():
+    for name, values in _generation_samples(ts, opts).items():
         if name not in samples:
             samples[name] = values
             stages.append(_sample_stats(name, values))
     return tuple(stages), {k: np.asarray(v, dtype=np.float64) for k, v in samples.items()}
 
 
-def _serving(ts: TraceSet) -> dict[str, float] | None:
+def _serving(ts: TraceSet, opts: ServingOptions = NO_SERVING_OPTIONS) -> dict[str, float] | None:
     """SERVING_METRICS of the served requests (summed over the traces of the view: requests/s
-    of each trace added, percentiles of the first trace that has any)."""
+    of each trace added, percentiles of the first trace that has any); `opts`: --warmup and
+    the --slo targets of within_slo and goodput_per_s."""
     out: dict[str, float] | None = None
     for t in (r["trace_id"] for r in ts.sql("SELECT trace_id FROM traces ORDER BY 1").to_dicts()):
-        parts = {r["part"]: r for r in ts.query_dicts("serving_waterfall", trace_id=t)}
+        parts = {r["part"]: r for r in ts.query_dicts(
+            "serving_waterfall", trace_id=t, **opts.params({"warmup"}))}  # fmt: skip
         if not parts:
             continue
-        (tp,) = ts.query_dicts("serving_throughput", trace_id=t)
+        (tp,) = ts.query_dicts("serving_throughput", trace_id=t,
+                               **opts.params({p.name for p in load_query(
+                                   "serving_throughput").params}))  # fmt: skip
         if out is not None:
             out["requests_per_s"] += float(tp["requests_per_s"] or 0.0)
             continue
@@ -236,6 +256,10 @@ def _serving(ts: TraceSet) -> dict[str, float] | None:
             "end_to_end_p50_ms": float(parts["end_to_end"]["p50_ms"]),
             "end_to_end_p99_ms": float(parts["end_to_end"]["p99_ms"]),
         }
+        if tp.get("ttft_p50_ms") is not None:  # (TPOT 0 when no request has a decode step)
+            out.update({k: float(tp[k] or 0.0) for k in GENERATION_SERVING})
+        if opts.slos:
+            out.update({k: float(tp[k] or 0.0) for k in GOODPUT})
     return out
 
 
@@ -310,6 +334,7 @@ def extract_run(
     stage_rules: Sequence[StageRule] | None = None,
     refresh: bool = False,
     per: str | None = None,
+    serving: ServingOptions = NO_SERVING_OPTIONS,
 ) -> RunMetrics:
     """Metrics of one run, each group of figures read from the run's view for it."""
     opened: dict[tuple[Path, ...], TraceSet] = {}
@@ -320,8 +345,8 @@ def extract_run(
         return opened[paths]
 
     try:
-        stages, samples = _stage_part(ts(views.requests))
-        serving = _serving(ts(views.requests))
+        stages, samples = _stage_part(ts(views.requests), serving)
+        served = _serving(ts(views.requests), serving)
         req = _rows(ts(views.requests), "compare_gpu_busy")
         gpu_over = _rows(ts(views.gpu), "compare_gpu_busy")
         multi = len(gpu_over) > 1
@@ -350,7 +375,7 @@ def extract_run(
         views=tuple(v for v in (views.describe(),) if v),
         gpu_names=tuple(sorted({n for r in gpu_over for n in r["gpu_names"].split(", ") if n})),
         samples=samples,
-        serving=serving,
+        serving=served,
     )
 
 
@@ -431,7 +456,9 @@ def _pool_serving(per_run: Sequence[dict[str, float] | None]) -> dict[str, float
     """The runs' serving figures, each the mean over the runs (None unless every run has them)."""
     if not per_run or any(s is None for s in per_run):
         return None
-    return {k: sum(s[k] for s in per_run if s) / len(per_run) for k in SERVING_METRICS}
+    runs = [s for s in per_run if s]
+    return {k: sum(s[k] for s in runs) / len(runs) for k in SERVING_METRICS
+            if all(k in s for s in runs)}  # fmt: skip
 
 
 def load_side(
@@ -441,6 +468,7 @@ def load_side(
     refresh: bool = False,
     per_run: bool = True,
     per: str | None = None,
+    serving: ServingOptions = NO_SERVING_OPTIONS,
 ) -> tuple[RunMetrics, tuple[RunMetrics, ...]]:
     """(pooled metrics over all `runs`, per-run metrics when there are several runs).
 
@@ -448,13 +476,13 @@ def load_side(
     view, kernels and GPU busy from one (nsys when it has GPU rows), ops from one. `per`
     names a range whose occurrences are counted as iterations (diff --per)."""
     views = [run_views(Path(r), stage_rules, refresh) for r in runs]
-    each = [extract_run(v, str(v.run), stage_rules, refresh, per) for v in views]
+    each = [extract_run(v, str(v.run), stage_rules, refresh, per, serving) for v in views]
     if len(each) == 1:
         one = each[0]
         pooled = pool(each, label, one.stages, one.samples)
     else:
         req_files = [p for v in views for p in v.requests]
         with open_traces(req_files, stage_rules=stage_rules, refresh=refresh) as ts:
-            stages, samples = _stage_part(ts)
+            stages, samples = _stage_part(ts, serving)
         pooled = pool(each, label, stages, samples)
     return pooled, (tuple(each) if per_run and len(each) > 1 else ())

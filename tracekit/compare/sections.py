@@ -136,6 +136,13 @@ def _throughput_section(d: DiffResult) -> Table:
         "queue_p99_ms": "queue p99 ms",
         "end_to_end_p50_ms": "served end-to-end p50 ms",
         "end_to_end_p99_ms": "served end-to-end p99 ms",
+        "ttft_p50_ms": "time to first token p50 ms",
+        "ttft_p99_ms": "time to first token p99 ms",
+        "tpot_p50_ms": "time per output token p50 ms",
+        "tpot_p99_ms": "time per output token p99 ms",
+        "output_tokens_per_s": "output tokens/s",
+        "within_slo": "share of requests within the --slo targets",
+        "goodput_per_s": "goodput (requests/s within the targets)",
     }
     rows = tuple(
         (

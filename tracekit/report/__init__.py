@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tracekit.errors import TracekitError
+from tracekit.slo import ServingOptions
 from tracekit.store.stages import StageRule
 
 SUFFIXES = (".json.gz", ".pt.trace.json", ".json", ".sqlite", ".nsys-rep", ".duckdb", ".gz")
@@ -56,6 +57,7 @@ def write_report(
     stage_rules: Sequence[StageRule] | None = None,
     top_n: int = 15,
     engine: str = "duckdb",
+    serving: ServingOptions | None = None,
 ) -> Path:
     """Build the report over traces / run dirs / stores / export folders and write it
     atomically; its path. engine "spark" reads export folders with Spark (tracekit.spark)."""
@@ -87,7 +89,8 @@ def write_report(
             )
         check_output(output, input_files(sources), force)
     with open_engine(engine, list(sources), stage_rules=stage_rules) as ts:
-        ctx = build_report_context(ts, [Path(s) for s in sources], top_n=top_n)
+        ctx = build_report_context(ts, [Path(s) for s in sources], top_n=top_n,
+                                   serving=serving or ServingOptions())  # fmt: skip
         text = render(ctx, fmt)
     if stdout:
         sys.stdout.write(text)

@@ -18,7 +18,7 @@ from tracekit.errors import TraceFormatError
 from tracekit.present_table import Cell, Column, Table
 from tracekit.redact import redact_value
 from tracekit.report import charts
-from tracekit.report.batched import served, serving_split
+from tracekit.report.batched import SERVED, served, served_generation, serving_split, slo_row
 from tracekit.report.batched import serving_sentence as batched_sentence
 from tracekit.report.capture_paths import relative_paths
 from tracekit.report.figures import figures, rounded
@@ -28,6 +28,7 @@ from tracekit.report.model import Answer, RankView, ReportContext, TraceReport
 from tracekit.report.ranks import is_rank_set, rank_rows, skew
 from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
 from tracekit.report.serving import generation, serving_sentence
+from tracekit.slo import NO_SERVING_OPTIONS, ServingOptions
 from tracekit.sql import load_query
 from tracekit.store.traceset import QuerySource
 from tracekit.structures import titles
@@ -110,10 +111,16 @@ def make_table(
     )
 
 
-def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[dict[str, Any]]]:
+def run_queries(
+    ts: QuerySource, trace_id: int, top_n: int, serving: ServingOptions = NO_SERVING_OPTIONS
+) -> dict[str, list[dict[str, Any]]]:
     """Rows of every section's query and of EXTRA_QUERIES for one trace (top_ops_all: every
-    op, for the findings)."""
-    q = {name: ts.query_dicts(name, trace_id=trace_id) for name in EXTRA_QUERIES}
+    op, for the findings; serving_slo: each --slo target's share, batched servers only)."""
+
+    def extra(name: str) -> dict[str, Any]:  # --warmup / --slo for the serving queries
+        return serving.params({p.name for p in load_query(name).params}) if name in SERVED else {}
+
+    q = {name: ts.query_dicts(name, trace_id=trace_id, **extra(name)) for name in EXTRA_QUERIES}
     q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
     for sec in SECTIONS:
         params = sec.query_params(trace_id, top_n)
@@ -121,7 +128,12 @@ def run_queries(ts: QuerySource, trace_id: int, top_n: int) -> dict[str, list[di
             # top_ops ranks before its limit: its first `limit` ranks are the same rows
             q[sec.query] = [r for r in q["top_ops_all"] if r["rank"] <= params["limit"]]
         elif sec.query not in q or params.keys() != {"trace_id"}:  # (two sections read op_kernels)
-            q[sec.query] = ts.query_dicts(sec.query, **params)
+            q[sec.query] = ts.query_dicts(sec.query, **params, **extra(sec.query))
+    if served(q):  # a batch's steps serve all its requests: TTFT/TPOT are serving_throughput's
+        q["generation_requests"] = []
+    q["serving_slo"] = [slo_row(s, ts.query_dicts("serving_throughput", trace_id=trace_id,
+                                                  warmup=serving.warmup, **{s.param: s.limit_ms}))
+                        for s in serving.slos if served(q)]  # fmt: skip
     q["op_efficiency"] = [roofline.analyze(q)]  # FLOPs per op: Python formulas over op_kernels
     return q
 
@@ -325,7 +337,9 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
         " ".join(t for t in (_program_words(q), _gpu_sentence(q)) if t),
         serving_sentence(q),
         *(
-            (
+            served_generation(q)
+            if served(q)
+            else (
                 gen.ttft_p50_ms,
                 gen.ttft_p99_ms,
                 gen.tpot_p50_ms,
@@ -350,8 +364,10 @@ def _request_values(reqs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, f
     return values, order + ["unattributed"]
 
 
-def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
-    q = run_queries(ts, trace_id, top_n)
+def _trace_report(
+    ts: QuerySource, trace_id: int, top_n: int, serving: ServingOptions = NO_SERVING_OPTIONS
+) -> TraceReport:
+    q = run_queries(ts, trace_id, top_n, serving)
     findings = evaluate({**q, "top_ops": q["top_ops_all"]})
     if served(q):  # a served request's time outside stages is its queue and hand-back, which
         # the serving section shows: not code left unannotated
@@ -470,14 +486,19 @@ def load_capture(paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
 
 
 def build_report_context(
-    ts: QuerySource, inputs: Sequence[Path] = (), top_n: int = 15, title: str = "tracekit report"
+    ts: QuerySource,
+    inputs: Sequence[Path] = (),
+    top_n: int = 15,
+    title: str = "tracekit report",
+    serving: ServingOptions = NO_SERVING_OPTIONS,
 ) -> ReportContext:
-    """Run the report queries over every trace of `ts` and lay out the report."""
+    """Run the report queries over every trace of `ts` and lay out the report (`serving`:
+    --warmup and --slo for a batched server's figures)."""
     # query_dicts, not sql: a DataFrame would import polars and pyarrow (0.25 s) for two columns
     formats = {int(r["trace_id"]): str(r["format"]) for r in ts.query_dicts("traces")}
     if not formats:
         raise TraceFormatError("the store holds no traces")
-    traces = tuple(_trace_report(ts, i, top_n) for i in formats)
+    traces = tuple(_trace_report(ts, i, top_n, serving) for i in formats)
     return ReportContext(
         title,
         __version__,
