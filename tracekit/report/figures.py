@@ -12,6 +12,7 @@ from typing import Any
 from tracekit.report.batched import served, serving_figures
 from tracekit.report.finding import Finding
 from tracekit.report.model import Answer
+from tracekit.report.sections import request_utilization
 from tracekit.report.serving import generation
 from tracekit.roofline import JSON_ROWS
 
@@ -47,6 +48,22 @@ def roofline_json(a: Mapping[str, Any]) -> dict[str, Any]:
     return clean(out)  # type: ignore[no-any-return]
 
 
+LATENCY = (
+    "from the request's start to the later of its host end and the end of the GPU work it "
+    "launched (graph-replayed kernels via their launch); a stage likewise, its GPU work past "
+    "its last range added to its ranges' host time"
+)
+
+
+def _spread(values: Sequence[float | None]) -> dict[str, Any] | None:
+    """Median, min and max of per-request figures (None: no request has one)."""
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    mid = (v[len(v) // 2] + v[(len(v) - 1) // 2]) / 2
+    return {"count": len(v), "p50": rounded(mid), "min": rounded(v[0]), "max": rounded(v[-1])}
+
+
 def figures(
     q: Mapping[str, list[dict[str, Any]]], answer: Answer, findings: Sequence[Finding]
 ) -> dict[str, Any]:
@@ -54,6 +71,7 @@ def figures(
     e2e = next((r for r in q["stage_summary"] if r["row_kind"] == "end_to_end"), None)
     stat_keys = ("count", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms")
     trace_gpu = next((r for r in q["gpu_utilization"] if r["scope"] == "trace"), {})
+    util = request_utilization(q)
     return {
         "trace_id": ov["trace_id"],
         "file": ov["file"],
@@ -67,6 +85,7 @@ def figures(
             "source": answer.source,
             "throughput_rps": rounded(answer.throughput_rps),
             "end_to_end": {k: rounded(e2e[k]) for k in stat_keys} if e2e else None,
+            "latency": LATENCY,
         },
         "stages": [
             {
@@ -74,8 +93,10 @@ def figures(
                 "kind": r["row_kind"],
                 "source": r["source"],
                 "instances": r["instances"],
-                "total_ms": rounded(r["total_ms"]),
-                "share": rounded(r["share"]),
+                "total_ms": rounded(r["total_ms"]),  # latency, GPU included
+                "host_ms": rounded(r["host_ms"]),
+                "gpu_tail_ms": rounded(r["gpu_tail_ms"]),
+                "share": rounded(r["share"]),  # of the requests' host time
                 "gpu_busy_ms": rounded(r["gpu_busy_ms"]),
                 "gpu_span_ms": rounded(r["gpu_span_ms"]),
                 **{k: rounded(r[k]) for k in stat_keys},
@@ -94,6 +115,7 @@ def figures(
                 "stages": {k: rounded(v) for k, v in json.loads(r["stages_json"]).items()},
                 "unattributed_ms": rounded(r["unattributed_ms"]),
                 "gpu_busy_ms": rounded(r["gpu_busy_ms"]),
+                "gpu_utilization": rounded(util.get(r["request_id"])),  # its latency window
             }
             for r in q["request_breakdown"]
         ],
@@ -114,7 +136,10 @@ def figures(
                 "active_utilization": "active",
                 "by_stage[].utilization": "stage",
                 "per_request[].gpu_busy_ms": "request",
+                "per_request[].gpu_utilization": "request latency",
+                "per_request_utilization": "request latency",
             },
+            "per_request_utilization": _spread(list(util.values())),
             "busy_ms": rounded(trace_gpu.get("busy_ms")),
             "active_ms": rounded(sum(r["active_ms"] or 0 for r in q["gpu_devices"])),
             "active_utilization": rounded(
