@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SHARED_TRACES
+from verdict_checks import contradictions
 
 import tracekit
 from tracekit.report.context import build_report_context
@@ -105,3 +106,5 @@ def test_report_matches_its_answer_key(key_file: Path, tmp_path: Path) -> None:
         assert text in md, text
     for text in key["must_not"]:
         assert text not in md, text
+    # no finding contradicted by the report's own tables (every trace of the source)
+    assert [c for f in figs for c in contradictions(f)] == []

@@ -196,6 +196,11 @@ def figures(
         "launch_overhead": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["launch_overhead"]
         ],
+        # host calls that can block on the GPU (the evidence of a blocking-call cause)
+        "blocking_calls": [
+            {k: rounded(v) for k, v in r.items() if k != "trace_id"}
+            for r in q.get("blocking_calls", [])
+        ],
         "idle_gaps": [
             {k: rounded(v) for k, v in r.items() if k != "trace_id"} for r in q["idle_gaps"]
         ],
