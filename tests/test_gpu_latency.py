@@ -114,9 +114,7 @@ def test_step_latency_includes_the_gpu(trace: Path, copy_trace) -> None:  # type
     assert f"(host {host:.3f} ms, GPU finishes {tail:.3f} ms later: medians)" in md
     # per step GPU busy over its latency window, labelled with the window
     assert fig["gpu"]["windows"]["per_request[].gpu_utilization"] == "request latency"
-    assert [r["gpu_utilization"] for r in got] == pytest.approx(
-        [w["util"] for w in want], abs=1e-5
-    )
+    assert [r["gpu_utilization"] for r in got] == pytest.approx([w["util"] for w in want], abs=1e-5)
     med = statistics.median(w["util"] for w in want)
     assert fig["gpu"]["per_request_utilization"]["p50"] == pytest.approx(med, abs=1e-5)
     assert f"GPU busy {med:.0%} of each step's latency (median over {len(want)} steps)" in md
