@@ -307,16 +307,20 @@ FROM d WHERE TRY_CAST(d->>'id' AS INTEGER) IS NOT NULL GROUP BY 1;
 -- includes that of the stages nested in it. The one definition of latency (docs/report.md):
 -- greatest(host end, gpu end) - start.
 CREATE OR REPLACE TEMP MACRO tk_gpu_ends() AS TABLE
-WITH RECURSIVE par AS (  -- stage nesting, as tk_stage_parents, for every trace
+WITH par AS (  -- stage nesting, as tk_stage_parents, for every trace
     SELECT trace_id, stage,
            CASE WHEN count(parent_stage) = count(*) THEN mode(parent_stage) END AS parent
     FROM stages GROUP BY trace_id, stage
+), chain AS (  -- up to 3 levels up (no recursive CTE: the Spark engine expands this macro)
+    SELECT p1.trace_id, p1.stage, p1.parent AS a1, p2.parent AS a2, p3.parent AS a3
+    FROM par p1
+    LEFT JOIN par p2 ON p2.trace_id = p1.trace_id AND p2.stage = p1.parent
+    LEFT JOIN par p3 ON p3.trace_id = p1.trace_id AND p3.stage = p2.parent
 ), anc AS (  -- each stage and its ancestors: a nested stage's GPU work is its parents' too
-    SELECT trace_id, stage, stage AS ancestor, 0 AS lvl FROM par
-    UNION ALL
-    SELECT a.trace_id, a.stage, p.parent, a.lvl + 1
-    FROM anc a JOIN par p ON p.trace_id = a.trace_id AND p.stage = a.ancestor
-    WHERE p.parent IS NOT NULL AND a.lvl < 8
+    SELECT trace_id, stage, stage AS ancestor FROM chain
+    UNION ALL SELECT trace_id, stage, a1 FROM chain WHERE a1 IS NOT NULL
+    UNION ALL SELECT trace_id, stage, a2 FROM chain WHERE a2 IS NOT NULL
+    UNION ALL SELECT trace_id, stage, a3 FROM chain WHERE a3 IS NOT NULL
 ), gpu AS (
     SELECT trace_id, request_id, stage, max(end_ns) AS end_ns FROM events
     WHERE kind IN ('kernel', 'memcpy', 'memset') AND request_id IS NOT NULL
