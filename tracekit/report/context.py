@@ -65,7 +65,7 @@ def _fmt(v: Any, key: str) -> Cell:
     if isinstance(v, float):
         if not math.isfinite(v):
             return Cell("", "")
-        if key.startswith("share") or key in ("utilization", "active_utilization", "coverage"):
+        if key.startswith("share") or key.endswith("utilization") or key == "coverage":
             return Cell(f"{v:.1%}", repr(v))
         if key.endswith("_us"):
             return Cell(f"{v:.1f}", repr(v))
