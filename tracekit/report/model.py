@@ -52,7 +52,7 @@ class Answer:
 
     requests: int = field(metadata={"help": "requests in the trace"})
     source: str = field(metadata={"help": "where requests came from (tracekit:request ...)"})
-    p50_ms: float | None = field(metadata={"help": "end-to-end latency p50, GPU included (quantile_cont)"})
+    p50_ms: float | None = field(metadata={"help": "end-to-end latency p50, GPU included"})
     p99_ms: float | None = field(metadata={"help": "end-to-end latency p99, GPU included"})
     mean_ms: float | None = field(metadata={"help": "end-to-end latency mean, GPU included"})
     throughput_rps: float | None = field(metadata={"help": "requests / (last end - first start)"})
