@@ -305,7 +305,8 @@ FROM d WHERE TRY_CAST(d->>'id' AS INTEGER) IS NOT NULL GROUP BY 1;
 -- launched inside it (NULL: none). GPU rows carry the stage and request of the runtime call
 -- that launched them (graph-replayed kernels: the graph launch), so a stage's GPU work
 -- includes that of the stages nested in it. The one definition of latency (docs/report.md):
--- greatest(host end, gpu end) - start.
+-- greatest(host end, gpu end) - start. 'window' requests (a host thread's span, when the trace
+-- has no requests) are not units of work: they have no row, so they keep their host time.
 CREATE OR REPLACE TEMP MACRO tk_gpu_ends() AS TABLE
 WITH par AS (  -- stage nesting, as tk_stage_parents, for every trace
     SELECT trace_id, stage,
@@ -335,11 +336,14 @@ WITH par AS (  -- stage nesting, as tk_stage_parents, for every trace
 )
 SELECT h.trace_id, h.request_id, h.stage, h.end_ns AS host_end_ns, g.end_ns AS gpu_end_ns
 FROM host h LEFT JOIN stage_gpu g USING (trace_id, request_id, stage)
+JOIN requests r USING (trace_id, request_id)
+WHERE r.source <> 'window'
 UNION ALL
 SELECT r.trace_id, r.request_id, NULL, r.end_ns, g.end_ns
 FROM requests r
 LEFT JOIN (SELECT trace_id, request_id, max(end_ns) AS end_ns FROM gpu GROUP BY ALL) g
-  USING (trace_id, request_id);
+  USING (trace_id, request_id)
+WHERE r.source <> 'window';
 
 -- name: tk_stage_samples
 -- returns: trace_id, request_id, stage, dur_ns

@@ -232,9 +232,6 @@ def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
     )
 
 
-GPU_TAIL_SHARE = 0.05  # a GPU tail under this share of the host time is not worth a word
-
-
 def _median(values: Sequence[float]) -> float:
     v = sorted(values)
     n = len(v)
@@ -249,7 +246,7 @@ def _latency_words(reqs: Sequence[Mapping[str, Any]], windows: bool) -> str:
         return ""
     tail = _median([float(r["gpu_tail_ms"] or 0.0) for r in reqs])
     host = _median([float(r["e2e_ms"] or 0.0) for r in reqs])
-    if tail <= 0 or tail < GPU_TAIL_SHARE * host:
+    if tail < 0.0005:  # nothing to show at the answer's precision
         return ""
     med = ": medians"
     if len(reqs) == 1:
@@ -268,8 +265,9 @@ def _busy_words(q: Mapping[str, list[dict[str, Any]]], windows: bool) -> str:
         return ""
     util = _median([float(r["utilization"] or 0.0) for r in rows])
     unit = "step" if q["trace_overview"][0].get("request_source") == "ProfilerStep" else "request"
-    over = f" (median over {len(rows)} {unit}s)" if len(rows) > 1 else ""
-    return f" GPU busy {util:.0%} of each {unit}'s latency{over}."
+    if len(rows) == 1:
+        return f" GPU busy {util:.0%} of the {unit}'s latency."
+    return f" GPU busy {util:.0%} of each {unit}'s latency (median over {len(rows)} {unit}s)."
 
 
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
