@@ -5,7 +5,8 @@ and memset intervals per device; active span = first to last of them) and says w
 must conclude: program kind, single or multi-rank, the headline window and figure per device,
 the top kernel category, the top kernel (full name) and its time, the cause of low
 utilization (or "none"), and text that must and must not appear. A new trace kind only needs
-a key file here.
+a key file here. Every finding is also held to the JSON report's own tables
+(verdict_checks.contradictions): no verdict the report's tables contradict.
 """
 
 from __future__ import annotations
