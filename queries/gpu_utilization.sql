@@ -4,7 +4,9 @@
 -- default: $trace_id 1
 -- GPU busy/idle inside named windows: 'trace' = the whole capture (start-up and teardown
 -- included: context only), 'active' = the GPU's active span (first to last GPU activity on any
--- device: the trace-wide figure), each stage (its range instances, summed) and each request. Per device, busy = length of the union of its GPU intervals
+-- device: the trace-wide figure), each stage (its range instances, summed) and each request
+-- (its latency window: from its start to the later of its host end and the end of the GPU
+-- work it launched, tk_gpu_ends). Per device, busy = length of the union of its GPU intervals
 -- (kernel, memcpy, memset; all its streams together, so overlapping streams are never counted
 -- twice: its gpu_islands, read by tk_busy_upto_islands at the window's ends) clipped to the
 -- window, whoever launched them.
@@ -30,8 +32,13 @@ WITH isl AS (
     SELECT 'stage', 2, stage, NULL, event_id, start_ns, end_ns, min(start_ns) OVER (PARTITION BY stage)
     FROM stages WHERE trace_id = $trace_id
     UNION ALL
-    SELECT 'request', 3, request_id::VARCHAR, request_id, request_id, start_ns, end_ns, start_ns
-    FROM requests WHERE trace_id = $trace_id
+    -- a request's window is its latency: to the later of its host end and its GPU work's end
+    SELECT 'request', 3, r.request_id::VARCHAR, r.request_id, r.request_id, r.start_ns,
+           greatest(r.end_ns, coalesce(g.gpu_end_ns, r.end_ns)), r.start_ns
+    FROM requests r
+    LEFT JOIN tk_gpu_ends() g
+      ON g.trace_id = r.trace_id AND g.request_id = r.request_id AND g.stage IS NULL
+    WHERE r.trace_id = $trace_id
 ), ends AS (  -- both ends of every window on every device
     SELECT w.scope, w.scope_order, w.wid, d.key, -1 AS sign, w.w0 AS t
     FROM windows w CROSS JOIN devices d

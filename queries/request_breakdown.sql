@@ -44,22 +44,24 @@ WITH rq AS (
     FROM rq r JOIN gpu_islands i
       ON i.trace_id = $trace_id AND i.end_ns > r.start_ns AND i.start_ns < r.end_ns
     GROUP BY r.request_id
+), ends AS (  -- where each request's latency ends (tk_gpu_ends: the one definition)
+    SELECT request_id, gpu_end_ns FROM tk_gpu_ends()
+    WHERE trace_id = $trace_id AND stage IS NULL
 ), gpu_n AS (
-    SELECT request_id, count(*) AS n, max(end_ns) AS gpu_end_ns FROM events
+    SELECT request_id, count(*) AS n FROM events
     WHERE trace_id = $trace_id AND kind IN ('kernel', 'memcpy', 'memset')
       AND request_id IS NOT NULL
     GROUP BY request_id
 ), gpu_req AS (  -- per device the union length (tk_union_ns), summed over devices
-    SELECT n.request_id, coalesce(sum(u.union_ns), 0) AS busy_ns, any_value(n.n) AS n,
-           any_value(n.gpu_end_ns) AS gpu_end_ns
+    SELECT n.request_id, coalesce(sum(u.union_ns), 0) AS busy_ns, any_value(n.n) AS n
     FROM gpu_n n LEFT JOIN tk_union_ns('gpu') u ON u.key.request_id = n.request_id
     GROUP BY n.request_id
 )
 SELECT $trace_id::INTEGER AS trace_id, r.request_id,
        (r.start_ns - t.start_ns) / 1e6 AS start_ms,
        r.dur_ns / 1e6 AS e2e_ms,
-       (greatest(r.end_ns, coalesce(g.gpu_end_ns, r.end_ns)) - r.start_ns) / 1e6 AS latency_ms,
-       greatest(coalesce(g.gpu_end_ns, r.end_ns) - r.end_ns, 0) / 1e6 AS gpu_tail_ms,
+       (greatest(r.end_ns, coalesce(en.gpu_end_ns, r.end_ns)) - r.start_ns) / 1e6 AS latency_ms,
+       greatest(coalesce(en.gpu_end_ns, r.end_ns) - r.end_ns, 0) / 1e6 AS gpu_tail_ms,
        greatest(coalesce(fg.first_ns, r.end_ns) - r.start_ns, 0) / 1e6 AS gpu_idle_before_ms,
        coalesce(c.pre_ns, 0) / 1e6 AS preprocess_ms,
        coalesce(c.inf_ns, 0) / 1e6 AS inference_ms,
@@ -75,4 +77,5 @@ LEFT JOIN stage_cols c USING (request_id)
 LEFT JOIN covered cv USING (request_id)
 LEFT JOIN gpu_req g USING (request_id)
 LEFT JOIN first_gpu fg USING (request_id)
+LEFT JOIN ends en USING (request_id)
 ORDER BY r.request_id;

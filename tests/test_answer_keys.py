@@ -5,7 +5,8 @@ and memset intervals per device; active span = first to last of them) and says w
 must conclude: program kind, single or multi-rank, the headline window and figure per device,
 the top kernel category, the top kernel (full name) and its time, the cause of low
 utilization (or "none"), and text that must and must not appear. A new trace kind only needs
-a key file here.
+a key file here. Every finding is also held to the JSON report's own tables
+(verdict_checks.contradictions): no verdict the report's tables contradict.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SHARED_TRACES
+from verdict_checks import contradictions
 
 import tracekit
 from tracekit.report.context import build_report_context
@@ -99,3 +101,5 @@ def test_report_matches_its_answer_key(key_file: Path, tmp_path: Path) -> None:
         assert text in md, text
     for text in key["must_not"]:
         assert text not in md, text
+    # no finding contradicted by the report's own tables (every trace of the source)
+    assert [c for f in figs for c in contradictions(f)] == []

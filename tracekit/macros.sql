@@ -296,17 +296,72 @@ WITH d AS (
 SELECT TRY_CAST(d->>'id' AS INTEGER) AS device, min(d->>'name') AS device_name
 FROM d WHERE TRY_CAST(d->>'id' AS INTEGER) IS NOT NULL GROUP BY 1;
 
+-- name: tk_gpu_ends
+-- returns: trace_id, request_id, stage, host_end_ns, gpu_end_ns
+-- Per request, and per request and stage (stage NULL: the request), the last host end and the end of the last GPU work launched there: where its GPU-inclusive latency ends.
+-- tk_gpu_ends() -> (trace_id, request_id, stage, host_end_ns, gpu_end_ns) over every trace:
+-- for each request (stage NULL) and each stage inside a request, the end of its host range
+-- (a stage: its last range in the request) and the end of the last kernel/memcpy/memset
+-- launched inside it (NULL: none). GPU rows carry the stage and request of the runtime call
+-- that launched them (graph-replayed kernels: the graph launch), so a stage's GPU work
+-- includes that of the stages nested in it. The one definition of latency (docs/report.md):
+-- greatest(host end, gpu end) - start. 'window' requests (a host thread's span, when the trace
+-- has no requests) are not units of work: they have no row, so they keep their host time.
+CREATE OR REPLACE TEMP MACRO tk_gpu_ends() AS TABLE
+WITH par AS (  -- stage nesting, as tk_stage_parents, for every trace
+    SELECT trace_id, stage,
+           CASE WHEN count(parent_stage) = count(*) THEN mode(parent_stage) END AS parent
+    FROM stages GROUP BY trace_id, stage
+), chain AS (  -- up to 3 levels up (no recursive CTE: the Spark engine expands this macro)
+    SELECT p1.trace_id, p1.stage, p1.parent AS a1, p2.parent AS a2, p3.parent AS a3
+    FROM par p1
+    LEFT JOIN par p2 ON p2.trace_id = p1.trace_id AND p2.stage = p1.parent
+    LEFT JOIN par p3 ON p3.trace_id = p1.trace_id AND p3.stage = p2.parent
+), anc AS (  -- each stage and its ancestors: a nested stage's GPU work is its parents' too
+    SELECT trace_id, stage, stage AS ancestor FROM chain
+    UNION ALL SELECT trace_id, stage, a1 FROM chain WHERE a1 IS NOT NULL
+    UNION ALL SELECT trace_id, stage, a2 FROM chain WHERE a2 IS NOT NULL
+    UNION ALL SELECT trace_id, stage, a3 FROM chain WHERE a3 IS NOT NULL
+), gpu AS (
+    SELECT trace_id, request_id, stage, max(end_ns) AS end_ns FROM events
+    WHERE kind IN ('kernel', 'memcpy', 'memset') AND request_id IS NOT NULL
+    GROUP BY ALL
+), host AS (
+    SELECT trace_id, request_id, stage, max(end_ns) AS end_ns FROM stages
+    WHERE request_id IS NOT NULL GROUP BY ALL
+), stage_gpu AS (
+    SELECT g.trace_id, g.request_id, a.ancestor AS stage, max(g.end_ns) AS end_ns
+    FROM gpu g JOIN anc a ON a.trace_id = g.trace_id AND a.stage = g.stage
+    GROUP BY ALL
+)
+SELECT h.trace_id, h.request_id, h.stage, h.end_ns AS host_end_ns, g.end_ns AS gpu_end_ns
+FROM host h LEFT JOIN stage_gpu g USING (trace_id, request_id, stage)
+JOIN requests r USING (trace_id, request_id)
+WHERE r.source <> 'window'
+UNION ALL
+SELECT r.trace_id, r.request_id, NULL, r.end_ns, g.end_ns
+FROM requests r
+LEFT JOIN (SELECT trace_id, request_id, max(end_ns) AS end_ns FROM gpu GROUP BY ALL) g
+  USING (trace_id, request_id)
+WHERE r.source <> 'window';
+
 -- name: tk_stage_samples
 -- returns: trace_id, request_id, stage, dur_ns
 -- One sample per request and stage over every trace, with `end_to_end` and `unattributed` (what stage percentiles, diff and check read).
 -- tk_stage_samples() -> (trace_id, request_id, stage, dur_ns): one sample per request and
--- stage, over every trace: a stage's time in a request is the sum of its ranges' durations
--- there; `end_to_end` is the request's duration; `unattributed` the request minus the union
--- of its stage ranges (clipped to the request). Stages outside every request are left out,
--- and so are 'window' requests (a trace's whole span is not a unit of work to compare).
+-- stage, over every trace, each a latency that includes the GPU (tk_gpu_ends): a stage's time
+-- in a request is the sum of its ranges' durations there plus how long the GPU work launched
+-- in it runs past its last range; `end_to_end` is the request's start to the later of its
+-- host end and its GPU work's end; `unattributed` the request's host range minus the union of
+-- its stage ranges (clipped to the request). Stages outside every request are left out, and
+-- so are 'window' requests (a trace's whole span is not a unit of work to compare).
 CREATE OR REPLACE TEMP MACRO tk_stage_samples() AS TABLE
 WITH req AS (
     SELECT * FROM requests WHERE source <> 'window'
+), tail AS (  -- how long each request's / stage's GPU work runs past its host end
+    SELECT trace_id, request_id, coalesce(stage, '') AS stage,
+           greatest(coalesce(gpu_end_ns, host_end_ns) - host_end_ns, 0) AS tail_ns
+    FROM tk_gpu_ends()
 ), st AS (
     SELECT s.trace_id, s.request_id, s.stage, s.dur_ns,
            greatest(s.start_ns, r.start_ns) AS a, least(s.end_ns, r.end_ns) AS b
@@ -319,10 +374,13 @@ WITH req AS (
     SELECT key.trace_id AS trace_id, key.request_id AS request_id, union_ns AS covered_ns
     FROM tk_union_ns('iv')
 )
-SELECT trace_id, request_id, stage, sum(dur_ns)::BIGINT AS dur_ns
-FROM st GROUP BY trace_id, request_id, stage
+SELECT s.trace_id, s.request_id, s.stage, (s.ns + coalesce(t.tail_ns, 0))::BIGINT AS dur_ns
+FROM (SELECT trace_id, request_id, stage, sum(dur_ns) AS ns FROM st GROUP BY ALL) s
+LEFT JOIN tail t USING (trace_id, request_id, stage)
 UNION ALL
-SELECT trace_id, request_id, 'end_to_end', dur_ns FROM req
+SELECT r.trace_id, r.request_id, 'end_to_end', r.dur_ns + coalesce(t.tail_ns, 0)
+FROM req r LEFT JOIN tail t ON t.trace_id = r.trace_id AND t.request_id = r.request_id
+    AND t.stage = ''
 UNION ALL
 SELECT r.trace_id, r.request_id, 'unattributed', r.dur_ns - coalesce(c.covered_ns, 0)
 FROM req r LEFT JOIN covered c USING (trace_id, request_id);

@@ -59,7 +59,7 @@ def _fmt(v: Any, key: str) -> Cell:
     if isinstance(v, float):
         if not math.isfinite(v):
             return Cell("", "")
-        if key.startswith("share") or key in ("utilization", "active_utilization", "coverage"):
+        if key.startswith("share") or key.endswith("utilization") or key == "coverage":
             return Cell(f"{v:.1%}", repr(v))
         if key.endswith("_us"):
             return Cell(f"{v:.1f}", repr(v))
@@ -233,40 +233,53 @@ def _of_which(rows: Sequence[Mapping[str, Any]], parent: str, n: int) -> str:
     if not kids or n <= 0:
         return ""
     return ", of which " + ", ".join(
-        f"{k['stage']} {k['total_ms'] / n:.3f} ms ({k['share_of_parent'] or 0:.0%})" for k in kids
+        f"{k['stage']} {k['host_ms'] / n:.3f} ms ({k['share_of_parent'] or 0:.0%})" for k in kids
     )
 
 
-GPU_TAIL_SHARE = 0.05  # a GPU tail under this share of the host time is not worth a word
+def _median(values: Sequence[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return (v[n // 2] + v[(n - 1) // 2]) / 2 if n else 0.0
 
 
-def _gpu_tail_words(reqs: Sequence[Mapping[str, Any]], windows: bool) -> str:
-    """' Host 26.000 ms; its GPU work finishes 130.000 ms later (latency 156.000 ms).' when the
-    GPU work a request launched outlasts its host range (latency_ms of request_breakdown)."""
+def _latency_words(reqs: Sequence[Mapping[str, Any]], windows: bool) -> str:
+    """'; host 26.000 ms, GPU finishes 130.000 ms later' when the GPU work the requests
+    launched outlasts their host ranges (request_breakdown: latency = to the later of the host
+    end and that GPU work's end; medians over several requests)."""
     if not reqs or windows:
         return ""
-    tails = sorted(float(r["gpu_tail_ms"] or 0.0) for r in reqs)
-    hosts = sorted(float(r["e2e_ms"] or 0.0) for r in reqs)
-    lats = sorted(float(r["latency_ms"] or 0.0) for r in reqs)
-    mid = len(reqs) // 2
-    if tails[mid] <= 0 or tails[mid] < GPU_TAIL_SHARE * hosts[mid]:
+    tail = _median([float(r["gpu_tail_ms"] or 0.0) for r in reqs])
+    host = _median([float(r["e2e_ms"] or 0.0) for r in reqs])
+    if tail < 0.0005:  # nothing to show at the answer's precision
         return ""
+    med = ": medians"
     if len(reqs) == 1:
-        return (
-            f" Host {hosts[0]:.3f} ms; the GPU work it launched finishes {tails[0]:.3f} ms "
-            f"later (latency {lats[0]:.3f} ms)."
-        )
+        return f"; host {host:.3f} ms, GPU finishes {tail:.3f} ms later"
     return (
-        f" Including the GPU work each request launched, the median latency is {lats[mid]:.3f} "
-        f"ms: host {hosts[mid]:.3f} ms, GPU finishes {tails[mid]:.3f} ms later (medians)."
+        f", to the end of their GPU work (host {host:.3f} ms, GPU finishes {tail:.3f} ms "
+        f"later{med})"
     )
+
+
+def _busy_words(q: Mapping[str, list[dict[str, Any]]], windows: bool) -> str:
+    """' GPU busy 72% of each step's latency (median over 6 steps).' from gpu_utilization's
+    request windows (a request's start to the end of its GPU work)."""
+    rows = [r for r in q["gpu_utilization"] if r["scope"] == "request"]
+    if not rows or windows or not q["gpu_devices"]:
+        return ""
+    util = _median([float(r["utilization"] or 0.0) for r in rows])
+    unit = "step" if q["trace_overview"][0].get("request_source") == "ProfilerStep" else "request"
+    if len(rows) == 1:
+        return f" GPU busy {util:.0%} of the {unit}'s latency."
+    return f" GPU busy {util:.0%} of each {unit}'s latency (median over {len(rows)} {unit}s)."
 
 
 def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     rows = q["stage_summary"]
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
     split = tuple(  # top-level stages only: nested ones are inside their parent's time
-        (r["stage"], r["total_ms"], r["share"] or 0.0)
+        (r["stage"], r["host_ms"], r["share"] or 0.0)  # the split of host time
         for r in rows
         if r["row_kind"] != "end_to_end" and not r.get("parent")
     )
@@ -279,10 +292,13 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
     shown = sorted(split, key=lambda s: -s[1])[:SENTENCE_STAGES]
     more = len(split) - len(shown)
     rest = f" and {more} more (table below)" if more > 0 else ""
+    windows = overview.get("request_source") == "window"
+    lat = _latency_words(reqs, windows)
     if e2e and e2e["count"] == 1:
         parts = ", ".join(f"{name} {ms:.3f} ms ({share:.0%})" for name, ms, share in shown) + rest
-        what = "The trace window" if overview.get("request_source") == "window" else "One request"
-        sentence = f"{what} ({e2e['p50_ms']:.3f} ms): {parts}."
+        what = "The trace window" if windows else "One request"
+        host = " of host time" if lat else ""
+        sentence = f"{what} ({e2e['p50_ms']:.3f} ms{lat}): {parts}{host}."
     elif e2e and overview.get("request_source") == "window":
         parts = (
             ", ".join(
@@ -305,9 +321,10 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             + rest
         )  # "" when every stage is listed
         few = " (effectively the slowest request: under 100 requests)" if n < 100 else ""
+        host = " host time" if lat else ""
         sentence = (
             f"Over {e2e['count']} requests, end-to-end p50 is {e2e['p50_ms']:.3f} ms and "
-            f"p99 {e2e['p99_ms']:.3f} ms{few}; per request on average: {parts}."
+            f"p99 {e2e['p99_ms']:.3f} ms{few}{lat}; per request on average{host}: {parts}."
         )
     elif split:
         sentence = (
@@ -319,7 +336,7 @@ def _answer(q: Mapping[str, list[dict[str, Any]]]) -> Answer:
             f"No requests or stages found in the {(overview.get('span_ms') or 0.0):.3f} ms trace "
             "window: annotate with tracekit.request()/stage() or pass --stage NAME=REGEX."
         )
-    sentence += _gpu_tail_words(reqs, overview.get("request_source") == "window")
+    sentence += _busy_words(q, windows)
     if served(q):  # a batched server: its waterfall, not stage totals spread over requests
         sentence, split = batched_sentence(q), serving_split(q)
     # one request, or windows that are not requests: no percentiles

@@ -38,6 +38,8 @@ def figures(laid: Laid, answer: Answer, findings: Sequence[Finding]) -> dict[str
         "program": _program(q),
         "generation": _generation(q),
         "stage_host_waits": query_rows(q.get("stage_host_waits", [])),
+        # host calls that can block on the GPU (the evidence of a blocking-call cause)
+        "blocking_calls": query_rows(q.get("blocking_calls", [])),
         "graph_replay": next(
             (r for r in query_rows(q.get("graph_replay", [])) if r["replayed_kernels"]), None
         ),

@@ -19,12 +19,12 @@ class Answer:
 
     requests: int = field(metadata={"help": "requests in the trace"})
     source: str = field(metadata={"help": "where requests came from (tracekit:request ...)"})
-    p50_ms: float | None = field(metadata={"help": "end-to-end p50 (quantile_cont)"})
-    p99_ms: float | None = field(metadata={"help": "end-to-end p99"})
-    mean_ms: float | None = field(metadata={"help": "end-to-end mean"})
+    p50_ms: float | None = field(metadata={"help": "end-to-end latency p50, GPU included"})
+    p99_ms: float | None = field(metadata={"help": "end-to-end latency p99, GPU included"})
+    mean_ms: float | None = field(metadata={"help": "end-to-end latency mean, GPU included"})
     throughput_rps: float | None = field(metadata={"help": "requests / (last end - first start)"})
     split: tuple[tuple[str, float, float], ...] = field(
-        metadata={"help": "(stage, total ms, share of end-to-end), unattributed last"}
+        metadata={"help": "(stage, host ms, share of the requests' host time), unattributed last"}
     )
     sentence: str = field(metadata={"help": "the answer in one sentence"})
     stage_source: str = field(

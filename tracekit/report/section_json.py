@@ -61,6 +61,29 @@ def serving(laid: Laid) -> Json:
 
 
 STAT_KEYS = ("count", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms")
+LATENCY = (
+    "from the request's start to the later of its host end and the end of the GPU work it "
+    "launched (graph-replayed kernels via their launch); a stage likewise, its GPU work past "
+    "its last range added to its ranges' host time"
+)
+
+
+def request_utilization(q: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[int, float | None]:
+    """request_id -> GPU busy share over the request's latency window (gpu_utilization)."""
+    return {
+        int(r["request_id"]): r["utilization"]
+        for r in q.get("gpu_utilization", [])
+        if r["scope"] == "request" and r.get("request_id") is not None
+    }
+
+
+def _spread(values: Sequence[float | None]) -> dict[str, Any] | None:
+    """Median, min and max of per-request figures (None: no request has one)."""
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    mid = (v[len(v) // 2] + v[(len(v) - 1) // 2]) / 2
+    return {"count": len(v), "p50": rounded(mid), "min": rounded(v[0]), "max": rounded(v[-1])}
 
 
 def stages(laid: Laid) -> Json:
@@ -68,14 +91,17 @@ def stages(laid: Laid) -> Json:
     e2e = next((r for r in rows if r["row_kind"] == "end_to_end"), None)
     return {
         "requests.end_to_end": {k: rounded(e2e[k]) for k in STAT_KEYS} if e2e else None,
+        "requests.latency": LATENCY,
         "stages": [
             {
                 "stage": r["stage"],
                 "kind": r["row_kind"],
                 "source": r["source"],
                 "instances": r["instances"],
-                "total_ms": rounded(r["total_ms"]),
-                "share": rounded(r["share"]),
+                "total_ms": rounded(r["total_ms"]),  # latency, GPU included
+                "host_ms": rounded(r["host_ms"]),
+                "gpu_tail_ms": rounded(r["gpu_tail_ms"]),
+                "share": rounded(r["share"]),  # of the requests' host time
                 "gpu_busy_ms": rounded(r["gpu_busy_ms"]),
                 "gpu_span_ms": rounded(r["gpu_span_ms"]),
                 **{k: rounded(r[k]) for k in STAT_KEYS},
@@ -88,6 +114,7 @@ def stages(laid: Laid) -> Json:
 
 def per_request(laid: Laid) -> Json:
     """Every request (the table shows the slowest HTML_REQUEST_ROWS)."""
+    util = request_utilization(laid.q)
     return {
         "per_request": [
             {
@@ -100,6 +127,7 @@ def per_request(laid: Laid) -> Json:
                 "stages": {k: rounded(v) for k, v in json.loads(r["stages_json"]).items()},
                 "unattributed_ms": rounded(r["unattributed_ms"]),
                 "gpu_busy_ms": rounded(r["gpu_busy_ms"]),
+                "gpu_utilization": rounded(util.get(r["request_id"])),  # its latency window
             }
             for r in laid.q["request_breakdown"]
         ]
@@ -136,7 +164,10 @@ def gpu(laid: Laid) -> Json:
             "active_utilization": "active",
             "by_stage[].utilization": "stage",
             "per_request[].gpu_busy_ms": "request",
+            "per_request[].gpu_utilization": "request latency",
+            "per_request_utilization": "request latency",
         },
+        "gpu.per_request_utilization": _spread(list(request_utilization(laid.q).values())),
         "gpu.busy_ms": rounded(trace_gpu.get("busy_ms")),
         "gpu.window_ms": rounded(trace_gpu.get("window_ms")),
         "gpu.utilization": rounded(trace_gpu.get("utilization")),

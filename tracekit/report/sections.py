@@ -120,13 +120,23 @@ STAGE_COLS = (
     ("p90_ms", "p90 ms"),
     ("p99_ms", "p99 ms"),
     ("max_ms", "Max ms"),
-    ("share", "Share of e2e"),
+    ("host_ms", "Host ms"),
+    ("share", "Share of host time"),
     ("gpu_busy_ms", "GPU busy ms"),
     ("gpu_span_ms", "GPU span ms"),
 )
 # the requests table: these, one column per stage of the trace (_request_columns), then these
-REQ_HEAD_COLS = (("request_id", "Request"), ("start_ms", "Start ms"), ("e2e_ms", "End-to-end ms"))
-REQ_TAIL_COLS = (("unattributed_ms", "Unattributed ms"), ("gpu_busy_ms", "GPU busy ms"))
+REQ_HEAD_COLS = (
+    ("request_id", "Request"),
+    ("start_ms", "Start ms"),
+    ("latency_ms", "Latency ms"),
+    ("e2e_ms", "Host ms"),
+)
+REQ_TAIL_COLS = (
+    ("unattributed_ms", "Unattributed ms"),
+    ("gpu_busy_ms", "GPU busy ms"),
+    ("gpu_utilization", "GPU util (request)"),
+)
 OPS_COLS = (
     ("stage", "Stage"),
     ("rank", "#"),
@@ -310,7 +320,7 @@ def _histograms(laid: Laid) -> Sequence[charts.Chart]:
 
 
 def _slowest(laid: Laid) -> list[dict[str, Any]]:
-    return sorted(laid.q["request_breakdown"], key=lambda r: (-r["e2e_ms"], r["request_id"]))
+    return sorted(laid.q["request_breakdown"], key=lambda r: (-r["latency_ms"], r["request_id"]))
 
 
 def _stages(laid: Laid) -> list[str]:
@@ -320,10 +330,12 @@ def _stages(laid: Laid) -> list[str]:
 
 def _request_rows(laid: Laid) -> Rows:
     named = set(_stages(laid)[:REQUEST_STAGE_COLUMNS])  # the rest: 'Other stages'
+    util = section_json.request_utilization(laid.q)
     out = []
     for r in _slowest(laid)[:HTML_REQUEST_ROWS]:
         per_stage = {str(k): float(v) for k, v in json.loads(r["stages_json"]).items()}
         row = {**r, **{f"stage:{k}": v for k, v in per_stage.items()}}
+        row["gpu_utilization"] = util.get(r["request_id"])
         row["stage:*"] = sum(v for k, v in per_stage.items() if k not in named)
         out.append(row)
     return out
@@ -341,9 +353,15 @@ def _request_columns(laid: Laid) -> Columns:
 
 def _request_note(laid: Laid) -> str:
     n = len(laid.q["request_breakdown"])
+    window = (
+        "Latency = from the request's start to the later of its host end and the end of the GPU "
+        "work it launched; host ms = its host range. GPU util (request) = the devices' busy time "
+        "in that latency window over the window (device-time); GPU busy ms = the union of the "
+        "GPU work it launched."
+    )
     if n <= HTML_REQUEST_ROWS:
-        return ""
-    return f"{HTML_REQUEST_ROWS} of {n} requests shown; the JSON report has all."
+        return window
+    return f"{window} {HTML_REQUEST_ROWS} of {n} requests shown; the JSON report has all."
 
 
 def _request_charts(laid: Laid) -> Sequence[charts.Chart]:
@@ -398,8 +416,11 @@ SECTIONS: tuple[Section, ...] = (
             pinned=lambda laid: 1, json=section_json.serving),
     Section("stages", "Stages", "stage_summary", "stages, requests.end_to_end", _stage_columns,
             rows=_stage_rows,
-            note="Statistics across requests of per-request stage totals; percentiles are "
-                 "quantile_cont (linear interpolation).",
+            note="Statistics across requests of per-request stage totals, as latencies that "
+                 "include the GPU: a stage ends at the later of its host end and the end of the "
+                 "GPU work launched in it (its GPU tail), a request likewise. Host ms = the host "
+                 "ranges alone; shares split the host time. Percentiles are quantile_cont "
+                 "(linear interpolation).",
             charts=_histograms,
             pinned=lambda laid: sum(1 for r in laid.q["stage_summary"]
                                     if r["row_kind"] != "stage"),
