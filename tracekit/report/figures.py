@@ -13,6 +13,7 @@ from tracekit.report.batched import served, serving_figures
 from tracekit.report.finding import Finding
 from tracekit.report.model import Answer
 from tracekit.report.serving import generation
+from tracekit.report.timeline import device_names, timeline_json
 from tracekit.roofline import JSON_ROWS
 
 
@@ -188,6 +189,7 @@ def figures(
             None,
         ),
         "roofline": roofline_json(q["op_efficiency"][0]),
+        "timeline": timeline_json(q.get("timeline_lanes", []), device_names(q)),
         "memory": {
             "peaks": [
                 {k: rounded(v) for k, v in r.items() if k != "trace_id"}
