@@ -68,7 +68,9 @@ def test_gpu_lanes_are_the_raw_busy_islands_merged_below_one_pixel(trace: Path) 
                for r in lane]  # fmt: skip
         assert len(got) == len(want)
         # ms doubles from the trace's start: within 1 ns of the raw nanoseconds
-        assert all(abs(a - c) <= 1 and abs(b - d) <= 1 for (a, b), (c, d) in zip(got, want))
+        assert all(
+            abs(a - c) <= 1 and abs(b - d) <= 1 for (a, b), (c, d) in zip(got, want, strict=True)
+        )
         # the bars hide only gaps under the tolerance; their busy time is the exact union
         assert sum(r["busy_ms"] for r in lane) == pytest.approx(union_ns(intervals) / 1e6,
                                                                 abs=1e-6)  # fmt: skip
@@ -81,7 +83,7 @@ def test_a_lane_stays_small_with_200k_kernels(tmp_path: Path) -> None:
     events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1,
                "tid": 1, "ts": 0, "dur": 1_000_000}]  # fmt: skip
     ts = 10
-    for burst in range(50):
+    for _burst in range(50):
         for _ in range(4000):
             events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
                            "ts": ts, "dur": 1, "args": {"device": 0, "stream": 7}})  # fmt: skip

@@ -391,10 +391,10 @@ def _trace_report(ts: QuerySource, trace_id: int, top_n: int) -> TraceReport:
         tables,
         figures(q, answer, findings),
         _evidence(tables, findings),
-        timeline.build(q["timeline_lanes"], colors,
-                       timeline.device_names(q), laid.chart_id("timeline")),
-        timeline.text_lines(q["request_breakdown"], q["timeline_lanes"],
-                            timeline.device_names(q)),
+        timeline.build(
+            q["timeline_lanes"], colors, timeline.device_names(q), laid.chart_id("timeline")
+        ),
+        timeline.text_lines(q["request_breakdown"], q["timeline_lanes"], timeline.device_names(q)),
     )
 
 

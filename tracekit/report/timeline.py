@@ -105,8 +105,14 @@ def device_names(q: Mapping[str, list[dict[str, Any]]]) -> dict[int, str]:
 def timeline_json(rows: Sequence[Mapping[str, Any]], devices: Mapping[int, str]) -> dict[str, Any]:
     """The JSON report's `timeline`: one origin, each lane's intervals in ms from it."""
     if not rows:
-        return {"origin_ns": None, "merge_ms": None, "window_start_ms": None,
-                "window_end_ms": None, "px": PX, "lanes": []}
+        return {
+            "origin_ns": None,
+            "merge_ms": None,
+            "window_start_ms": None,
+            "window_end_ms": None,
+            "px": PX,
+            "lanes": [],
+        }
     lanes = []
     for grp in group(rows):
         r = grp[0]
