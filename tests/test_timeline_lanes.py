@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,18 +112,33 @@ PAGES = [pytest.param(SAMPLE_TRACES, id="sample_traces (a tracekit capture: nsys
 ]  # fmt: skip
 SCREEN_PX = 900
 MAX_TIMELINE_PX = 450
+_pages: dict[Path, tuple[Path, dict[str, Any]]] = {}
+
+
+@pytest.fixture(scope="module")
+def pages_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("timeline")
+
+
+def _reports(trace: Path, out: Path) -> tuple[Path, dict[str, Any]]:
+    """The HTML and JSON reports of a trace, written once for both widths."""
+    if trace not in _pages:
+        page = write_report([trace], output=out / f"{trace.name}.html")
+        data = write_report([trace], output=out / f"{trace.name}.json", fmt="json")
+        _pages[trace] = (page, json.loads(data.read_text()))
+    return _pages[trace]
 
 
 @pytest.mark.browser
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 @pytest.mark.parametrize("width", (1400, 800))
 @pytest.mark.parametrize("trace", PAGES)
-def test_drawn_lanes_equal_the_json_lanes(trace: Path, width: int, tmp_path: Path) -> None:
+def test_drawn_lanes_equal_the_json_lanes(
+    trace: Path, width: int, tmp_path: Path, pages_dir: Path
+) -> None:
     from test_report_browser import selfcheck
 
-    page = write_report([trace], output=tmp_path / "report.html")
-    data = json.loads(write_report([trace], output=tmp_path / "report.json", fmt="json")
-                      .read_text())  # fmt: skip
+    page, data = _reports(trace, pages_dir)
     check, _ = selfcheck(page, width, tmp_path / "profile")
     for tr in data["traces"]:
         tl = tr["timeline"]
