@@ -73,12 +73,14 @@ WITH blocking AS (
            min(start_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS merged,
            sum(end_ns - start_ns) AS busy_ns, min(tol) AS tol
     FROM host_g GROUP BY lane_kind, pid, tid, depth, grp
+), ga AS (  -- (once: its category rules are the costly part)
+    SELECT device, stream, category, start_ns, end_ns FROM tk_gpu_activity($trace_id)
 ), act AS (  -- GPU activity keyed by device (stream NULL) and by (device, stream)
     SELECT 'gpu' AS lane_kind, device, CAST(NULL AS BIGINT) AS stream, category,
            start_ns, end_ns
-    FROM tk_gpu_activity($trace_id)
+    FROM ga
     UNION ALL
-    SELECT 'stream', device, stream, category, start_ns, end_ns FROM tk_gpu_activity($trace_id)
+    SELECT 'stream', device, stream, category, start_ns, end_ns FROM ga
 ), windows AS (  -- the whole trace, and the $zoom slowest requests at their own tolerance
     SELECT CAST(NULL AS BIGINT) AS request_id, t0 AS w0, CAST(NULL AS BIGINT) AS w1, tol
     FROM span
