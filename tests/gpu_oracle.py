@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
+from decimal import Decimal
 from pathlib import Path
 
 
@@ -44,8 +45,9 @@ def raw_gpu_intervals(trace: Path) -> dict[int, list[tuple[int, int]]]:
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset",
                                                     "Kernel", "Memcpy", "Memset"):  # fmt: skip
             # Kineto microseconds with a fractional part: whole ns, as the ingestor stores them
-            s = round(float(e["ts"]) * 1000)
+            # (in decimal: epoch microseconds x 1000 pass 2**53, where a float is 128 ns off)
+            s = round(Decimal(str(e["ts"])) * 1000)
             out.setdefault(int(e["args"]["device"]), []).append(
-                (s, s + round(float(e["dur"]) * 1000))
+                (s, s + round(Decimal(str(e["dur"])) * 1000))
             )
     return out

@@ -26,6 +26,18 @@ SHOTS = {
 SECTION_SHOTS = {
     "report-roofline-qwen.png": ("kineto_h100_qwen1.5_0.5b_inference_tracelens.json.gz",
                                  "t1-roofline-h"),
+    # the timeline (issue 38): a CPU-only capture, an image pipeline whose GPU idles between
+    # bursts, a diffusion pipeline on one GPU
+    "timeline-sample.png": ("sample_traces", "t1-timeline"),
+    "timeline-vit.png": ("kineto_h100_vit_nsfw_imgcls_profile_memory_tracelens.json.gz",
+                         "t1-timeline"),
+    "timeline-flux.png": (
+        "kineto_mi300x_flux.1_xdit_diffusers_pipeline_with_stack_tracelens.json.gz", "t1-timeline"
+    ),
+    # the memory chart and the cross-rank section
+    "memory-vit.png": ("kineto_h100_vit_nsfw_imgcls_profile_memory_tracelens.json.gz",
+                       "t1-memory-h"),
+    "ranks-torchrec.png": ("kineto_ampere_torchrec_2of128ranks_sampled_hta", "ranks-section"),
 }  # fmt: skip
 WIDTH, HEIGHT = 1400, 900
 
@@ -35,7 +47,8 @@ def from_section(html: Path, heading_id: str) -> Path:
     top of a page, and the report's CSP allows no injected script to scroll it)."""
     text = html.read_text()
     body = text.index("<body>") + len("<body>")
-    cut = text[:body] + text[text.index(f'<h3 id="{heading_id}"') :]
+    at = text.rindex("<", 0, text.index(f' id="{heading_id}"'))  # the element's start tag
+    cut = text[:body] + text[at:]
     out = html.with_name(f"{html.stem}-{heading_id}.html")
     out.write_text(cut)
     return out

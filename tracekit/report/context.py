@@ -17,7 +17,7 @@ from tracekit import roofline
 from tracekit.errors import TraceFormatError
 from tracekit.present_table import Cell, Column, Table
 from tracekit.redact import redact_value
-from tracekit.report import charts
+from tracekit.report import charts, timeline
 from tracekit.report.batched import SERVED, served, served_generation, serving_split, slo_row
 from tracekit.report.batched import serving_sentence as batched_sentence
 from tracekit.report.capture_paths import relative_paths
@@ -122,6 +122,8 @@ def run_queries(
 
     q = {name: ts.query_dicts(name, trace_id=trace_id, **extra(name)) for name in EXTRA_QUERIES}
     q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
+    # merged to the drawn resolution: 1 px of the plot
+    q["timeline_lanes"] = ts.query_dicts("timeline_lanes", trace_id=trace_id, px=timeline.PX)
     for sec in SECTIONS:
         params = sec.query_params(trace_id, top_n)
         if sec.query == "top_ops" and params.keys() == {"trace_id", "limit"}:
@@ -415,6 +417,10 @@ def _trace_report(
         tables,
         figures(laid, answer, findings),
         _evidence(tables, findings),
+        timeline.build(
+            q["timeline_lanes"], colors, timeline.device_names(q), laid.chart_id("timeline")
+        ),
+        timeline.text_lines(q["request_breakdown"], q["timeline_lanes"], timeline.device_names(q)),
     )
 
 

@@ -13,6 +13,7 @@ from tracekit.report.model import Answer
 from tracekit.report.section_json import put, query_rows, rounded
 from tracekit.report.sections import SECTIONS, Laid
 from tracekit.report.serving import generation
+from tracekit.report.timeline import device_names, timeline_json
 
 __all__ = ["figures", "rounded"]
 
@@ -43,6 +44,7 @@ def figures(laid: Laid, answer: Answer, findings: Sequence[Finding]) -> dict[str
         "graph_replay": next(
             (r for r in query_rows(q.get("graph_replay", [])) if r["replayed_kernels"]), None
         ),
+        "timeline": timeline_json(q.get("timeline_lanes", []), device_names(q)),
         "findings": [
             {
                 "id": f.id,

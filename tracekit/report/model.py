@@ -11,6 +11,7 @@ from typing import Any
 from tracekit.present_table import Table
 from tracekit.report import charts
 from tracekit.report.finding import Finding
+from tracekit.report.timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,12 @@ class TraceReport:
     figures: Mapping[str, Any] = field(metadata={"help": "the JSON report's trace object"})
     evidence: Mapping[str, str] = field(
         default_factory=dict, metadata={"help": "finding query -> id of the table showing it"}
+    )
+    timeline: Timeline | None = field(
+        default=None, metadata={"help": "the one picture: lanes on one axis (timeline_lanes)"}
+    )
+    timeline_text: tuple[str, ...] = field(
+        default=(), metadata={"help": "its Markdown version: a line per request, per GPU"}
     )
 
 

@@ -366,7 +366,6 @@ def _request_note(laid: Laid) -> str:
 
 def _request_charts(laid: Laid) -> Sequence[charts.Chart]:
     return [
-        charts.waterfall(laid.q["request_timeline"], laid.colors, laid.chart_id("timeline")),
         charts.request_bars(laid.values, laid.order, laid.colors, laid.chart_id("requests-chart")),
     ]
 
@@ -391,9 +390,7 @@ def _gpu_charts(laid: Laid) -> Sequence[charts.Chart]:
     windows = [r for r in laid.q["gpu_utilization"] if r["scope"] in ("active", "stage")]
     # the active span and the stages with the longest windows; the table lists every stage
     shown = windows[:1] + sorted(windows[1:], key=lambda r: -r["window_ms"])[:BUSY_BARS]
-    names = {int(d["device"]): str(d["device_name"]) for d in laid.q["gpu_devices"]}
     return [
-        charts.gpu_strips(laid.q["gpu_timeline"], names, laid.chart_id("gpu-timeline")),
         charts.busy_bars([(str(r["name"]), r["busy_ms"], r["window_ms"]) for r in shown],
                          laid.chart_id("gpu-busy")),
     ]  # fmt: skip
@@ -489,7 +486,7 @@ SECTIONS: tuple[Section, ...] = (
 
 # queries the answer, the findings and the charts read besides the sections' own
 EXTRA_QUERIES = ("stage_attributes", "padding_waste", "attention_score_ops", "request_sizes",
-                 "host_waits", "request_timeline", "gpu_timeline", "program_kind",
+                 "host_waits", "program_kind",
                  "blocking_calls", "stage_host_waits", "graph_replay",
                  "generation_requests", "sequence_lengths", "memory_timeline",
                  "serving_throughput")  # fmt: skip
