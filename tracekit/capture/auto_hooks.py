@@ -18,13 +18,13 @@ parent's `preprocess` is one preprocess range).
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from tracekit.capture.import_hooks import AfterImport, MainNamespace
 
 REQUEST = "request"
 HANDLER_STAGES = ("preprocess", "inference", "postprocess")
@@ -170,69 +170,22 @@ def hook_handler_class(value: Any) -> bool:
     return True
 
 
-class MainNamespace(MutableMapping[str, Any]):
-    """Module-level locals of `__main__` that write through to its globals, hooking handler
-    classes as the script defines them."""
+def main_namespace(globals_: dict[str, Any]) -> MainNamespace:
+    """The locals to exec `__main__` with: handler classes are hooked as the script defines
+    them."""
 
-    def __init__(self, globals_: dict[str, Any]) -> None:
-        self.g = globals_
-
-    def __getitem__(self, key: str) -> Any:
-        return self.g[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
+    def on_bind(_: str, value: Any) -> Any:
         hook_handler_class(value)
-        self.g[key] = value
+        return value
 
-    def __delitem__(self, key: str) -> None:
-        del self.g[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.g)
-
-    def __len__(self) -> int:
-        return len(self.g)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Runs the module's hook right after a known module is executed."""
-
-    def __init__(self, pending: dict[str, Callable[[ModuleType], None]]) -> None:
-        self.pending = pending
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        hook = self.pending.get(fullname)
-        if hook is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            hook(module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        del self.pending[fullname]
-        return spec
+    return MainNamespace(globals_, on_bind)
 
 
 class AutoHooks:
     """The known methods, hooked when their modules load (at once if already loaded)."""
 
     def __init__(self) -> None:
-        self._finder: _Finder | None = None
+        self._finder: AfterImport | None = None
 
     def install(self) -> None:
         pending = {}
@@ -243,9 +196,9 @@ class AutoHooks:
             else:
                 pending[name] = hook
         if pending:
-            self._finder = _Finder(pending)
-            sys.meta_path.insert(0, self._finder)
+            self._finder = AfterImport(pending)
+            self._finder.install()
 
     def uninstall(self) -> None:
-        if self._finder is not None and self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
+        if self._finder is not None:
+            self._finder.uninstall()

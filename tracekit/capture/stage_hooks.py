@@ -22,16 +22,16 @@ never served a request in one line.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
+import functools
 import itertools
 import sys
 import threading
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from tracekit.capture.import_hooks import AfterImport, MainNamespace
 from tracekit.errors import ConfigError
 
 MAIN = "__main__"
@@ -202,7 +202,7 @@ class StageHooks:
         self.main_targets = [t for t in targets if t.module in (MAIN, *main_aliases)]
         self.module_targets = [t for t in targets if t not in self.main_targets]
         self.applied: set[StageTarget] = set()
-        self._finder: _Finder | None = None
+        self._finder: AfterImport | None = None
         IN_FLIGHT.enabled = any(t.stage == BATCH for t in targets)
 
     def install(self) -> None:
@@ -214,14 +214,38 @@ class StageHooks:
             else:
                 pending.append(t)
         if pending:
-            self._finder = _Finder(self, pending)
-            sys.meta_path.insert(0, self._finder)
+            by_module: dict[str, list[StageTarget]] = {}
+            for t in pending:
+                by_module.setdefault(t.module, []).append(t)
+            self._finder = AfterImport(
+                {m: functools.partial(self._patch_module, ts) for m, ts in by_module.items()}
+            )
+            self._finder.install()
 
     def main_namespace(self, globals_: dict[str, Any]) -> MutableMapping[str, Any] | dict[str, Any]:
         """The locals mapping to exec `__main__` code with (the dict itself if no targets)."""
         if not self.main_targets:
             return globals_
-        return _MainNamespace(globals_, self)
+        by_name: dict[str, list[StageTarget]] = {}
+        for t in self.main_targets:
+            by_name.setdefault(t.attr.split(".")[0], []).append(t)
+
+        def on_bind(key: str, value: Any) -> Any:
+            for t in by_name.get(key, ()):
+                path = t.attr.split(".")
+                if len(path) == 1:
+                    value = _wrap(value, t.stage)
+                    self.applied.add(t)
+                elif _patch_attr(value, path[1:], t.stage):
+                    self.applied.add(t)
+            return value
+
+        return MainNamespace(globals_, on_bind)
+
+    def _patch_module(self, targets: Sequence[StageTarget], module: ModuleType) -> None:
+        for t in targets:
+            if _patch_attr(module, t.attr.split("."), t.stage):
+                self.applied.add(t)
 
     def batch_problem(self) -> str | None:
         """Why the --batch targets recorded no batch (None: they did, or there are none)."""
@@ -241,74 +265,5 @@ class StageHooks:
         return [t for t in (*self.main_targets, *self.module_targets) if t not in self.applied]
 
     def uninstall(self) -> None:
-        if self._finder is not None and self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
-
-
-class _MainNamespace(MutableMapping[str, Any]):
-    """Module-level locals of `__main__` that write through to its globals, wrapping targets."""
-
-    def __init__(self, globals_: dict[str, Any], hooks: StageHooks) -> None:
-        self.g = globals_
-        self.hooks = hooks
-        self.by_name: dict[str, list[StageTarget]] = {}
-        for t in hooks.main_targets:
-            self.by_name.setdefault(t.attr.split(".")[0], []).append(t)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.g[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        for t in self.by_name.get(key, ()):
-            path = t.attr.split(".")
-            if len(path) == 1:
-                value = _wrap(value, t.stage)
-                self.hooks.applied.add(t)
-            elif _patch_attr(value, path[1:], t.stage):
-                self.hooks.applied.add(t)
-        self.g[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self.g[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.g)
-
-    def __len__(self) -> int:
-        return len(self.g)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, hooks: StageHooks, pending: list[StageTarget]) -> None:
-        self.hooks = hooks
-        self.pending = {t.module: [u for u in pending if u.module == t.module] for t in pending}
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        targets = self.pending.get(fullname)
-        if not targets:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original = loader.exec_module
-        hooks = self.hooks
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            for t in targets:
-                if _patch_attr(module, t.attr.split("."), t.stage):
-                    hooks.applied.add(t)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        del self.pending[fullname]
-        return spec
+        if self._finder is not None:
+            self._finder.uninstall()

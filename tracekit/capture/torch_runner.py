@@ -190,9 +190,9 @@ def run(argv: list[str]) -> int:
     sys.modules["__main__"] = main
     try:
         if auto is not None:
-            from tracekit.capture.auto_hooks import MainNamespace  # lazy: zero-flag runs only
+            from tracekit.capture.auto_hooks import main_namespace  # lazy: zero-flag runs only
 
-            exec(code, main.__dict__, MainNamespace(main.__dict__))
+            exec(code, main.__dict__, main_namespace(main.__dict__))
         else:
             exec(code, main.__dict__, hooks.main_namespace(main.__dict__))
     except SystemExit as e:
