@@ -186,6 +186,8 @@ STREAM_COLS = (
 )
 GAP_COLS = (
     ("rank", "#"),
+    ("kind", "Gap"),
+    ("request_id", "Request"),
     ("gap_start_ms", "Start ms"),
     ("gap_ms", "Gap ms"),
     ("before", "GPU before"),
@@ -425,7 +427,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("streams", "GPU streams", "gpu_streams", "gpu.per_device[].streams", STREAM_COLS,
             note="Capture util = the stream's busy time / the whole capture (context only)."),
     Section("gaps", "Longest GPU idle gaps", "idle_gaps", "idle_gaps", GAP_COLS,
-            params={"limit": 10}),
+            params={"limit": 10},
+            note="Gap: between two busy periods; lead-in: a request's start to its first GPU "
+                 "activity; tail: its last GPU activity to its end. Host doing: the deepest "
+                 "host event covering at least half as much of the gap as any does."),
     Section("memcpy", "Memory copies", "memcpy_summary", "memcpy", MEMCPY_COLS),
     Section("launch", "Launch overhead", "launch_overhead", "launch_overhead", LAUNCH_COLS,
             note="Queue = GPU start minus the end of the launching call, clamped at 0; queue "
