@@ -241,6 +241,11 @@ class TraceSet:
         """Run the named query `queries/<name>.sql` over every trace (or `trace_id=N`)."""
         return run_named_query(self.sql, name, params)
 
+    def cursor(self) -> TraceSet:
+        """The same stores on another DuckDB connection (a cursor of this one), for queries
+        on another thread: a connection runs one query at a time."""
+        return TraceSet(self.con.cursor(), self.sources, self.ingests)
+
     def close(self) -> None:
         self.con.close()
 
@@ -373,8 +378,11 @@ def _attach_union(
         next_id += len(ids)
         for t in TABLES:
             parts[t].append(f"SELECT * REPLACE ({expr} AS trace_id) FROM ({tables[t]})")
+    # The in-memory union's views are not TEMP, so its cursors (TraceSet.cursor) see them too;
+    # a store being written (view_prefix) keeps them out of the file.
+    temp = "TEMP " if view_prefix else ""
     for t in TABLES:
-        con.execute(f"CREATE TEMP VIEW {view_prefix}{t} AS " + " UNION ALL ".join(parts[t]))
+        con.execute(f"CREATE {temp}VIEW {view_prefix}{t} AS " + " UNION ALL ".join(parts[t]))
 
 
 def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> dict[str, str]:
