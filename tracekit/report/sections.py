@@ -440,7 +440,8 @@ SECTIONS: tuple[Section, ...] = (
                  "peaks are the largest totals an event reports, per device, then the "
                  f"{memory.STAGE_ROWS} stages with the highest peaks per device (the JSON "
                  "report has all). Host: Device Id -1. Without totals in the events (torch "
-                 "1.9): the running sum of their bytes from the trace's start.",
+                 "1.9, nsys --cuda-memory-usage): the running sum of their bytes from the "
+                 "trace's start.",
             rows=lambda laid: memory.shown_rows(laid.q["memory_peaks"]),
             charts=_memory_charts, shown=lambda laid: bool(laid.q["memory_peaks"])),
 )  # fmt: skip
