@@ -181,3 +181,54 @@ def test_no_memory_section_without_allocator_events() -> None:
     for trace in ctx.traces:
         assert "memory_peaks" not in {t.query for t in trace.tables}
         assert trace.figures["memory"] == {"peaks": [], "timeline": []}
+
+
+NSYS_MEMORY_TRACE = SHARED_TRACES / "nsys_2022_gtx1060_concurrent_nvtx.sqlite"
+HOST_KINDS = (0, 1)  # ENUM_CUDA_MEM_KIND: pageable, pinned (host memory)
+
+
+def oracle_nsys_memory(path: Path) -> dict[int, dict[str, int]]:
+    """Device (-1: host) -> events, allocations, frees and peak running sum of the bytes of
+    CUDA_GPU_MEMORY_USAGE_EVENTS in start order (memoryOperationType 1 = a free)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    rows = con.execute(
+        "SELECT deviceId, memKind, memoryOperationType, bytes FROM CUDA_GPU_MEMORY_USAGE_EVENTS "
+        "ORDER BY start, rowid"
+    ).fetchall()
+    con.close()
+    out: dict[int, dict[str, int]] = defaultdict(
+        lambda: {"events": 0, "allocations": 0, "frees": 0, "now": 0, "allocated": 0}
+    )
+    for device, kind, op, nbytes in rows:
+        d = out[-1 if kind in HOST_KINDS else device]
+        d["events"] += 1
+        d["frees" if op == 1 else "allocations"] += 1
+        d["now"] += -nbytes if op == 1 else nbytes
+        d["allocated"] = max(d["allocated"], d["now"])
+    return dict(out)
+
+
+@pytest.mark.skipif(not NSYS_MEMORY_TRACE.exists(), reason=f"{NSYS_MEMORY_TRACE} is absent")
+def test_nsys_cuda_memory_usage_peaks_equal_a_plain_sqlite_pass(copy_trace) -> None:  # type: ignore[no-untyped-def]
+    src = copy_trace(NSYS_MEMORY_TRACE)
+    expected = oracle_nsys_memory(NSYS_MEMORY_TRACE)
+    # the export's 60 rows: cudaHostAlloc (pinned) and cudaMalloc (device), 15 of each op
+    assert sum(d["events"] for d in expected.values()) == 60
+    assert expected.keys() == {-1, 0}
+    with tracekit.open(src) as ts:
+        peaks = ts.query_dicts("memory_peaks", trace_id=1)
+        timeline = ts.query_dicts("memory_timeline", trace_id=1)
+    devices = {r["device"]: r for r in peaks if r["scope"] == "device"}
+    assert devices.keys() == expected.keys()
+    for dev, want in expected.items():
+        got = devices[dev]
+        assert (got["events"], got["allocations"], got["frees"]) == (
+            want["events"], want["allocations"], want["frees"],
+        )  # fmt: skip
+        assert got["peak_allocated_bytes"] == want["allocated"]
+        assert got["peak_reserved_bytes"] is None  # nsys records no allocator reserve
+        bins = [b for b in timeline if b["device"] == dev]
+        assert max(b["allocated_bytes"] or 0 for b in bins) == want["allocated"]
+        assert sum(b["events"] for b in bins) == want["events"]

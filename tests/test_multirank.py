@@ -143,3 +143,21 @@ def test_parallel_ingest_raises_the_first_bad_trace(tmp_path: Path) -> None:
         assert str(bad) in str(e)
     else:
         raise AssertionError("a damaged trace was ingested without an error")
+
+
+def test_report_over_ranks_on_several_threads_equals_one_thread(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The ranks' reports run on one thread per core, each on its own cursor of the union
+    store (TraceSet.cursor): the JSON report is the one a single thread writes."""
+    from tracekit.report import context
+    from tracekit.report.render import render
+
+    folder = _ranks(tmp_path)
+    out = []
+    for cores in (1, 2):
+        monkeypatch.setattr(context, "_cores", lambda c=cores: c)
+        with tracekit.open(folder) as ts:
+            out.append(render(context.build_report_context(ts, [folder]), "json"))
+    assert out[0] == out[1]
+    assert '"late_rank"' in out[0]  # the cross-rank section, over the main connection

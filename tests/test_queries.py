@@ -216,7 +216,7 @@ def test_idle_gaps_match_python_pass(trace, synth: Path) -> None:
         reverse=True,
     )
     with tracekit.open(path) as t:
-        rows = t.query("idle_gaps", limit=10).to_dicts()
+        rows = t.query("idle_gaps", limit=10).filter(kind="between").to_dicts()
         start_ns = t.sql("SELECT start_ns FROM traces").item()
     assert [r["gap_ms"] for r in rows] == pytest.approx(
         [g / 1e6 for g, _, _ in gaps[:10]], abs=1e-3
@@ -230,6 +230,54 @@ def test_idle_gaps_match_python_pass(trace, synth: Path) -> None:
         ]
         assert r["before"] in {n for _, e, n in gpu if e == match[1]}
         assert r["after"] in {n for s, _, n in gpu if s == match[2]}
+
+
+STEP_TRACES = (  # traces whose requests are their ProfilerStep#N annotations
+    "kineto_h100_vit_nsfw_imgcls_profile_memory_tracelens.json.gz",
+    "kineto_ampere_torchrec_2of128ranks_sampled_hta/sampled_rank-1.json.gz",
+    "kineto_v100_resnet50_train_pt1.9_legacy_cats_tbplugin.json.gz",
+)
+
+
+@pytest.mark.parametrize("trace", [p for name in STEP_TRACES for p in shared_params(name)])
+def test_idle_gaps_lead_in_and_tail_of_each_step_match_python_pass(trace, copy_trace) -> None:
+    """Lead-in = a step's start to its first GPU activity, tail = its last GPU activity to its
+    end, by a plain pass over the JSON (steps: the ProfilerStep#N events; GPU activity: the
+    union of positive-length kernels, copies and memsets)."""
+    path = copy_trace(trace)
+    evs = _events(path)
+    us = lambda x: round(x * 1000)  # noqa: E731 (us -> ns, as the ingest rounds)
+    islands = _islands(
+        (us(e["ts"]), us(e["ts"]) + us(e["dur"]))
+        for e in evs
+        if str(e.get("cat", "")).lower() in GPU_CATS and e["dur"] > 0
+    )
+    steps = sorted(
+        (us(e["ts"]), us(e["ts"]) + us(e["dur"]))
+        for e in evs
+        if str(e["name"]).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"
+    )
+    lead, tail = {}, {}
+    for n, (r0, r1) in enumerate(steps, 1):
+        inside = [(max(s, r0), min(e, r1)) for s, e in islands if s < r1 and e > r0]
+        if inside:
+            lead[n] = (inside[0][0] - r0) / 1e6
+            tail[n] = (r1 - max(e for _, e in inside)) / 1e6
+    assert lead, "the trace has steps with GPU activity"
+    with tracekit.open(path) as t:
+        assert t.sql("SELECT DISTINCT source FROM requests")["source"].to_list() == ["ProfilerStep"]
+        rows = t.query("idle_gaps", limit=100).to_dicts()
+    got = {k: {r["request_id"]: r["gap_ms"] for r in rows if r["kind"] == k}
+           for k in ("lead-in", "tail")}  # fmt: skip
+    for kind, want in (("lead-in", lead), ("tail", tail)):
+        want = {n: ms for n, ms in want.items() if ms > 0}
+        assert got[kind] == pytest.approx(want, abs=2e-3), kind
+    # what the host does in a lead-in is never the step itself
+    assert all(
+        not str(r["host_op"] or "").startswith("ProfilerStep#")
+        for r in rows
+        if r["kind"] != "between"
+    )
 
 
 def test_gpu_busy_per_request_matches_python_pass(synth: Path) -> None:

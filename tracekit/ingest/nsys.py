@@ -52,6 +52,7 @@ NEEDED_TABLES = (
     "OSRT_API",
     "PROCESSES",
     "ThreadNames",
+    "CUDA_GPU_MEMORY_USAGE_EVENTS",
 )
 CUDA_TABLES = NEEDED_TABLES[2:8]
 EXPORT_TIMEOUT_S = 600
@@ -153,6 +154,7 @@ def _map_all(m: Mapper) -> dict[str, Any]:
     m.memcpy()
     m.memset()
     m.sync()
+    m.memory()
     m.osrt()
     m.threads()
     m.con.execute(f"DROP TABLE IF EXISTS {STR}")

@@ -355,6 +355,31 @@ class Mapper:
 
         return self._run(T, build)
 
+    def memory(self) -> int:
+        """CUDA memory usage (nsys --cuda-memory-usage=true): one `[memory]` mark per
+        allocation or free, shaped like torch.profiler's allocator instants (`Bytes` negative
+        for a free; `Device Id` -1 for pinned or pageable host memory) so memory_peaks reads
+        both. nsys records no allocator totals: the queries take the running sum."""
+        T = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+        g = 's."globalPid"'
+        kind = 's."memKind"'
+        signed = 'CASE WHEN s."memoryOperationType" = 1 THEN -s.bytes ELSE s.bytes END'
+
+        def build(eid: str) -> str:
+            return f"""
+            SELECT $trace_id, {eid}, 'mark', '[memory]', s.start, s.start, 0,
+                   {PID.format(g=g)}, NULL, NULL, NULL,
+                   {self.c(T, "correlationId", zero_null=True)}, NULL,
+                   json_object('Bytes', {signed},
+                               'Device Id', CASE WHEN {kind} IN (0, 1) THEN -1
+                                                 ELSE s."deviceId" END,
+                               'Addr', s.address, 'memKind', {_case(kind, MEM_KINDS)},
+                               'name', {self.c(T, "name")}, 'source', 'nsys')
+            FROM {self.t(T)} s
+            """
+
+        return self._run(T, build)
+
     # -- OS runtime ----------------------------------------------------------------------
     def osrt(self) -> int:
         T = "OSRT_API"

@@ -214,6 +214,8 @@ STREAM_COLS = (
 )
 GAP_COLS = (
     ("rank", "#"),
+    ("kind", "Gap"),
+    ("request_id", "Request"),
     ("gap_start_ms", "Start ms"),
     ("gap_ms", "Gap ms"),
     ("before", "GPU before"),
@@ -468,7 +470,10 @@ SECTIONS: tuple[Section, ...] = (
             note="Capture util = the stream's busy time / the whole capture (context only).",
             json=section_json.in_other_section),
     Section("gaps", "Longest GPU idle gaps", "idle_gaps", "idle_gaps", GAP_COLS,
-            params={"limit": 10}),
+            params={"limit": 10},
+            note="Gap: between two busy periods; lead-in: a request's start to its first GPU "
+                 "activity; tail: its last GPU activity to its end. Host doing: the deepest "
+                 "host event covering at least half as much of the gap as any does."),
     Section("memcpy", "Memory copies", "memcpy_summary", "memcpy", MEMCPY_COLS),
     Section("launch", "Launch overhead", "launch_overhead", "launch_overhead", LAUNCH_COLS,
             note="Queue = GPU start minus the end of the launching call, clamped at 0; queue "
@@ -478,7 +483,8 @@ SECTIONS: tuple[Section, ...] = (
                  "peaks are the largest totals an event reports, per device, then the "
                  f"{memory.STAGE_ROWS} stages with the highest peaks per device (the JSON "
                  "report has all). Host: Device Id -1. Without totals in the events (torch "
-                 "1.9): the running sum of their bytes from the trace's start.",
+                 "1.9, nsys --cuda-memory-usage): the running sum of their bytes from the "
+                 "trace's start.",
             rows=lambda laid: memory.shown_rows(laid.q["memory_peaks"]),
             charts=_memory_charts, shown=lambda laid: bool(laid.q["memory_peaks"]),
             json=section_json.memory),

@@ -241,6 +241,11 @@ class TraceSet:
         """Run the named query `queries/<name>.sql` over every trace (or `trace_id=N`)."""
         return run_named_query(self.sql, name, params)
 
+    def cursor(self) -> TraceSet:
+        """The same stores on another DuckDB connection (a cursor of this one), for queries
+        on another thread: a connection runs one query at a time."""
+        return TraceSet(self.con.cursor(), self.sources, self.ingests)
+
     def close(self) -> None:
         self.con.close()
 
@@ -330,7 +335,9 @@ def open_traces(
         _check_store(con, store_files[0])
         return TraceSet(con, traces or stores, ingests)
     con = connect(":memory:")
-    _attach_union(con, store_files)
+    # the caches ensure_trace_store just checked (store_problem, key, row counts) are not
+    # checked again on attach: with many ranks that second pass was ~15% of a warm report
+    _attach_union(con, store_files, checked={r.store for r in ingests})
     return TraceSet(con, traces + stores, ingests)
 
 
@@ -348,7 +355,10 @@ def _check_store(con: duckdb.DuckDBPyConnection, path: Path, catalog: str | None
 
 
 def _attach_union(
-    con: duckdb.DuckDBPyConnection, store_files: list[Path], view_prefix: str = ""
+    con: duckdb.DuckDBPyConnection,
+    store_files: list[Path],
+    view_prefix: str = "",
+    checked: set[Path] | None = None,
 ) -> None:
     """Expose several stores (or export folders) as one: views renumber trace_id 1..N in input
     order."""
@@ -356,7 +366,7 @@ def _attach_union(
     next_id = 1
     for i, store in enumerate(store_files):
         alias = f"s{i}"
-        tables = _source_tables(con, store, alias)
+        tables = _source_tables(con, store, alias, store in (checked or set()))
         try:
             ids = [
                 r[0]
@@ -370,14 +380,24 @@ def _attach_union(
         # One source keeps its ids (an export's partitions then prune on trace_id).
         renumber = ids and len(store_files) > 1
         expr = f"(CASE trace_id {mapping} END)::INTEGER" if renumber else "trace_id"
+        if renumber and len(ids) == 1:
+            # a store of one trace (a rank's cache): a constant id, so that a query's
+            # `trace_id = N` prunes the other stores' branches (with CASE each query read
+            # every store: a 64-rank report cost 6.3x 64 single reports)
+            expr = f"{next_id}::INTEGER"
         next_id += len(ids)
         for t in TABLES:
             parts[t].append(f"SELECT * REPLACE ({expr} AS trace_id) FROM ({tables[t]})")
+    # The in-memory union's views are not TEMP, so its cursors (TraceSet.cursor) see them too;
+    # a store being written (view_prefix) keeps them out of the file.
+    temp = "TEMP " if view_prefix else ""
     for t in TABLES:
-        con.execute(f"CREATE TEMP VIEW {view_prefix}{t} AS " + " UNION ALL ".join(parts[t]))
+        con.execute(f"CREATE {temp}VIEW {view_prefix}{t} AS " + " UNION ALL ".join(parts[t]))
 
 
-def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> dict[str, str]:
+def _source_tables(
+    con: duckdb.DuckDBPyConnection, store: Path, alias: str, checked: bool = False
+) -> dict[str, str]:
     """A SELECT per table of a store file (attached as `alias`) or of a Parquet export."""
     if is_export_dir(store):
         why = older_export_problem(con, store)
@@ -388,7 +408,8 @@ def _source_tables(con: duckdb.DuckDBPyConnection, store: Path, alias: str) -> d
         con.execute(f"ATTACH '{_quote(store)}' AS {alias} (READ_ONLY)")
     except duckdb.Error as e:
         raise StoreError(f"{store}: cannot open store ({_first_line(e)})") from None
-    _check_store(con, store, alias)
+    if not checked:
+        _check_store(con, store, alias)
     return {t: f"SELECT * FROM {alias}.{t}" for t in TABLES}
 
 
