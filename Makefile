@@ -13,7 +13,8 @@ demo: setup
 	tracekit report $(RUN_DIR) -o $(RUN_DIR)/report.html --force
 	@echo "Open $(RUN_DIR)/report.html"
 
-# One worker per core; a test file stays on one worker, so its module fixtures (captures) run once.
+# One worker per core; a test file stays on one worker, so its module fixtures (captures) run once;
+# the longest files start first (tests/conftest.py RUN_FIRST, kept in order by --no-loadscope-reorder).
 test:
 	$(PYTHON) -m pytest -q -p no:cacheprovider -n auto --dist loadfile --no-loadscope-reorder tests
 
