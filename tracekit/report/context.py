@@ -19,7 +19,7 @@ from tracekit import roofline
 from tracekit.errors import TraceFormatError
 from tracekit.present_table import Cell, Column, Table
 from tracekit.redact import redact_value
-from tracekit.report import charts, timeline
+from tracekit.report import charts, section_json, timeline
 from tracekit.report.batched import SERVED, served, served_generation, serving_split, slo_row
 from tracekit.report.batched import serving_sentence as batched_sentence
 from tracekit.report.capture_paths import relative_paths
@@ -422,7 +422,12 @@ def _trace_report(
         timeline.build(
             q["timeline_lanes"], colors, timeline.device_names(q), laid.chart_id("timeline")
         ),
-        timeline.text_lines(q["request_breakdown"], q["timeline_lanes"], timeline.device_names(q)),
+        timeline.text_lines(
+            q["request_breakdown"],
+            q["timeline_lanes"],
+            timeline.device_names(q),
+            section_json.request_utilization(q),
+        ),
     )
 
 

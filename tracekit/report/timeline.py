@@ -269,9 +269,12 @@ def build(rows: Sequence[Mapping[str, Any]], stage_colors: Mapping[str, str],
 
 
 def text_lines(reqs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
-               devices: Mapping[int, str]) -> tuple[str, ...]:  # fmt: skip
+               devices: Mapping[int, str],
+               utilization: Mapping[int, float | None]) -> tuple[str, ...]:  # fmt: skip
     """The Markdown version: one line per request in time order (at most MD_REQUESTS), then
-    one per GPU lane: 'req 3  0.000-42.100 ms  preprocess 3.100 | inference 22.000 | ...'."""
+    one per GPU lane: 'req 3  0.000-42.100 ms  preprocess 3.100 | inference 22.000 | ...'.
+    A request runs to the end of its GPU work (its latency; the host part is said when
+    shorter), and its GPU busy share is over that window (request_utilization)."""
     out = []
     for r in sorted(reqs, key=lambda r: (r["start_ms"], r["request_id"]))[:MD_REQUESTS]:
         s = float(r["start_ms"])
@@ -283,10 +286,13 @@ def text_lines(reqs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, An
             parts.append(f"{len(stages) - len(top)} more stages {rest:.3f}")
         if r["unattributed_ms"]:
             parts.append(f"no stage {float(r['unattributed_ms']):.3f}")
-        busy = float(r["gpu_busy_ms"] or 0)
-        gpu = f" (GPU busy {busy / float(r['e2e_ms']):.0%})" if busy and r["e2e_ms"] else ""
-        out.append(f"req {r['request_id']}  {s:.3f}-{s + float(r['e2e_ms']):.3f} ms  "
-                   + " | ".join(parts) + gpu)  # fmt: skip
+        util = utilization.get(int(r["request_id"]))
+        gpu = f" (GPU busy {util:.0%} of its latency)" if util else ""
+        host, latency = float(r["e2e_ms"]), float(r["latency_ms"] or r["e2e_ms"])
+        span = f"{s:.3f}-{s + latency:.3f} ms"
+        if latency > host:
+            span += f" (host to {s + host:.3f})"
+        out.append(f"req {r['request_id']}  {span}  " + " | ".join(parts) + gpu)
     if len(reqs) > MD_REQUESTS:
         out.append(f"... {len(reqs) - MD_REQUESTS} more requests (the JSON report has all)")
     for g in group(rows):
