@@ -54,10 +54,13 @@ WITH blocking AS (
     SELECT 'blocking', pid, tid, 0, request_id, name, start_ns, end_ns FROM blocking
 ), host_o AS (
     SELECT h.*, s.tol, h.end_ns - h.start_ns >= s.tol AS long,
-           lag(h.end_ns - h.start_ns >= s.tol) OVER w AS prev_long,
-           max(h.end_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+           lag(h.end_ns - h.start_ns >= s.tol) OVER (
+               PARTITION BY h.lane_kind, h.pid, h.tid, h.depth ORDER BY h.start_ns, h.end_ns
+           ) AS prev_long,
+           max(h.end_ns) OVER (  -- written out: Spark SQL cannot add a frame to a named window
+               PARTITION BY h.lane_kind, h.pid, h.tid, h.depth ORDER BY h.start_ns, h.end_ns
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
     FROM host h CROSS JOIN span s
-    WINDOW w AS (PARTITION BY h.lane_kind, h.pid, h.tid, h.depth ORDER BY h.start_ns, h.end_ns)
 ), host_g AS (  -- a new group: a long range, one after a long range, or one a tolerance away
     SELECT *, sum(CASE WHEN prev_end IS NULL OR long OR prev_long
                             OR start_ns - prev_end >= tol THEN 1 ELSE 0 END) OVER (

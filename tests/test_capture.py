@@ -203,3 +203,14 @@ def test_bad_schedule_is_a_one_line_error(tmp_path):
     res = run_capture(["-o", str(tmp_path / "x"), "--schedule", "a,b", "--", "true"])
     assert res.returncode == 2
     assert re.match(r"^Error: --schedule", res.stderr.strip())
+
+
+def test_nsys_failing_to_start_is_recognized_in_the_forwarded_output() -> None:
+    """nsys's daemon refusing a session (seen under load: the program never ran) is noticed
+    while the output is forwarded, so capture runs it once more; other failures are not."""
+    from tracekit.capture.process import run_bounded
+
+    said = "import sys; sys.stderr.write('[QuadDCommon::tag_message*] = Local Endpoint is not available.\\n'); sys.exit(1)"  # noqa: E501
+    assert run_bounded([sys.executable, "-c", said], filter_noise=True).nsys_not_started
+    other = "import sys; sys.stderr.write('Traceback: boom\\n'); sys.exit(1)"
+    assert not run_bounded([sys.executable, "-c", other], filter_noise=True).nsys_not_started

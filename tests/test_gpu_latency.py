@@ -58,7 +58,7 @@ def test_step_latency_includes_the_gpu(trace: Path, copy_trace) -> None:  # type
     assert f"GPU busy {med:.0%} of each step's latency (median over {len(want)} steps)" in md
     # the timeline's line per step: its span to the end of its GPU work, busy over that window
     for w, r in zip(want, sorted(got, key=lambda r: r["start_ms"]), strict=True):
-        line = next(x for x in md.splitlines() if x.startswith(f"req {r['request_id']}  "))
+        line = next(x for x in md.splitlines() if x.startswith(f"- req {r['request_id']} "))
         end = r["start_ms"] + w["latency_ms"]
         assert f"-{end:.3f} ms (host to {r['start_ms'] + w['host_ms']:.3f})" in line, line
         assert line.endswith(f"(GPU busy {w['util']:.0%} of its latency)"), line

@@ -106,6 +106,12 @@ def capture(opts: CaptureOptions) -> CaptureResult:
         run.attributes_dir.mkdir(parents=True, exist_ok=True)
         res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
                           filter_noise=not opts.verbose)  # fmt: skip
+        if res.nsys_not_started and res.returncode != 0 and run.nsys_output is not None:
+            # nsys could not reach its daemon and never launched the program: once more
+            _notice("nsys could not start (Local Endpoint is not available); ran it again",
+                    notices)  # fmt: skip
+            res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
+                              filter_noise=not opts.verbose)  # fmt: skip
         rc = res.returncode
         if opts.duration and rc in (128 + 15, 0) and res.duration_s >= opts.duration:
             rc = 0  # nsys --duration ends the target with SIGTERM

@@ -33,12 +33,18 @@ TOOL_NOISE = re.compile(
 )
 
 
+# nsys failing to reach its own daemon before it launches the program (seen on a loaded
+# machine with two captures at once: "Local Endpoint is not available"): the program never ran
+NSYS_NOT_STARTED = re.compile(rb"Local Endpoint is not available")
+
+
 @dataclass(frozen=True)
 class ProcessResult:
     returncode: int
     timed_out: bool
     duration_s: float
     tail: str = ""  # last output lines when captured (quiet=True)
+    nsys_not_started: bool = False  # the output said NSYS_NOT_STARTED
 
 
 def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -48,9 +54,12 @@ def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
-def _forward(source: IO[bytes], sink: IO[bytes]) -> None:
-    """Copy lines from the child to our terminal, dropping the profilers' lines."""
+def _forward(source: IO[bytes], sink: IO[bytes], seen: set[str]) -> None:
+    """Copy lines from the child to our terminal, dropping the profilers' lines; note in
+    `seen` whether nsys said it could not start."""
     for line in iter(source.readline, b""):
+        if NSYS_NOT_STARTED.search(line):
+            seen.add("nsys_not_started")
         if not TOOL_NOISE.match(line):
             sink.write(line)
             sink.flush()
@@ -87,10 +96,11 @@ def run_bounded(
         out = err = subprocess.PIPE
     proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, start_new_session=True)
     forwarders: list[threading.Thread] = []
+    seen: set[str] = set()
     if filter_noise and not quiet:
         assert proc.stdout is not None and proc.stderr is not None
         for src, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
-            t = threading.Thread(target=_forward, args=(src, sink), daemon=True)
+            t = threading.Thread(target=_forward, args=(src, sink, seen), daemon=True)
             t.start()
             forwarders.append(t)
     timed_out = False
@@ -118,4 +128,5 @@ def run_bounded(
     if data:
         lines = data.decode(errors="replace").strip().splitlines()
         tail = " | ".join(lines[-3:])
-    return ProcessResult(rc, timed_out, time.monotonic() - start, tail)
+    not_started = "nsys_not_started" in seen or bool(data and NSYS_NOT_STARTED.search(data))
+    return ProcessResult(rc, timed_out, time.monotonic() - start, tail, not_started)

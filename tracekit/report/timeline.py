@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracekit.present import term_text
+from tracekit.present import md_cell
 from tracekit.report.charts import FIXED_COLORS, OTHER_COLOR, LegendItem, fmt_num, nice_step
 
 PX = 608  # plot width in SVG units; the query merges what is closer than span / PX (1 unit)
@@ -272,7 +272,7 @@ def text_lines(reqs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, An
                devices: Mapping[int, str],
                utilization: Mapping[int, float | None]) -> tuple[str, ...]:  # fmt: skip
     """The Markdown version: one line per request in time order (at most MD_REQUESTS), then
-    one per GPU lane: 'req 3  0.000-42.100 ms  preprocess 3.100 | inference 22.000 | ...'.
+    one per GPU lane: 'req 3 0.000-42.100 ms preprocess 3.100 · inference 22.000 · ...'.
     A request runs to the end of its GPU work (its latency; the host part is said when
     shorter), and its GPU busy share is over that window (request_utilization)."""
     out = []
@@ -292,7 +292,7 @@ def text_lines(reqs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, An
         span = f"{s:.3f}-{s + latency:.3f} ms"
         if latency > host:
             span += f" (host to {s + host:.3f})"
-        out.append(f"req {r['request_id']}  {span}  " + " | ".join(parts) + gpu)
+        out.append(f"req {r['request_id']}  {span}  " + " · ".join(parts) + gpu)
     if len(reqs) > MD_REQUESTS:
         out.append(f"... {len(reqs) - MD_REQUESTS} more requests (the JSON report has all)")
     for g in group(rows):
@@ -302,4 +302,4 @@ def text_lines(reqs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, An
         busy = sum(float(x["busy_ms"]) for x in g)
         out.append(f"{lane_name(r, devices)}: busy {busy:.3f} ms in {len(g)} intervals, "
                    f"{float(g[0]['start_ms']):.3f}-{float(g[-1]['end_ms']):.3f} ms")  # fmt: skip
-    return tuple(term_text(line).replace("`", "'") for line in out)  # inside a code fence
+    return tuple(md_cell(line) for line in out)  # list items: names inert, as in the tables
