@@ -70,9 +70,17 @@ def temps(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if ".tmp" in p.name)
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its own cache folder: the suite's run-wide cache holds other tests' builds in progress,
+    # whose temp files are not this test's leftovers.
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
-    path = tmp_path / "big.json"
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "big.json"
     write_trace(path)
     return path
 
