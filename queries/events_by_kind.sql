@@ -8,4 +8,4 @@ SELECT trace_id, kind, count(*) AS events, round(sum(dur_ns) / 1e6, 3) AS total_
 FROM events
 WHERE trace_id = $trace_id
 GROUP BY trace_id, kind
-ORDER BY events DESC, kind
+ORDER BY count(*) DESC, kind

@@ -35,4 +35,4 @@ SELECT $trace_id::INTEGER AS trace_id, d.device, e.k AS bin, (e.b0 - s.t0) / 1e6
        coalesce(b.busy_ns, 0) / nullif(e.b1 - e.b0, 0) AS busy_share
 FROM devices d CROSS JOIN edges e CROSS JOIN span s
 LEFT JOIN busy b ON b.device = d.device AND b.k = e.k
-ORDER BY device, bin;
+ORDER BY d.device, e.k;

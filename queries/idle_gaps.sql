@@ -63,9 +63,7 @@ WITH isl AS (
      AND e.end_ns > e.start_ns
     WHERE t.kind <> 'lead-in'
     GROUP BY t.gap_no
-), markers AS (  -- ranges that only say where the gap is: the requests' own events
-    SELECT event_id FROM requests WHERE trace_id = $trace_id AND event_id IS NOT NULL
-), host_hits AS (
+), host_hits AS (  -- (not the requests' own ranges: they only say where the gap is)
     SELECT t.gap_no, e.name, e.kind, e.depth, e.start_ns,
            least(e.end_ns, t.g1) - greatest(e.start_ns, t.g0) AS overlap
     FROM gaps t JOIN events e  -- start < g1 and end > g0 as one condition: a loop over the few
@@ -74,7 +72,7 @@ WITH isl AS (
      AND greatest(e.start_ns - t.g1, t.g0 - e.end_ns) < 0
     WHERE e.kind NOT IN ('mark') AND NOT (e.kind = 'range' AND e.name LIKE 'tracekit:%')
       AND e.name NOT LIKE 'ProfilerStep#%'
-      AND e.event_id NOT IN (SELECT event_id FROM markers)
+      AND NOT EXISTS (FROM requests m WHERE m.trace_id = e.trace_id AND m.event_id = e.event_id)
 ), best AS (  -- the deepest of the events covering at least half the most any one covers
     SELECT gap_no, name AS host_op, kind AS host_kind, depth AS host_depth, overlap
     FROM (SELECT *, max(overlap) OVER (PARTITION BY gap_no) AS most FROM host_hits)

@@ -16,7 +16,7 @@ WITH ops AS (
 ), k AS (
     SELECT k.event_id, k.name, k.dur_ns, k.device, k.external_id, r.parent_id AS launch_parent
     FROM events k LEFT JOIN events r
-      ON r.trace_id = $trace_id AND r.kind = 'runtime' AND r.event_id = k.launch_id
+      ON r.trace_id = k.trace_id AND r.kind = 'runtime' AND r.event_id = k.launch_id
     WHERE k.trace_id = $trace_id AND k.kind = 'kernel'
 ), ext AS (  -- External id -> its first cpu_op (for kernels without a runtime parent)
     SELECT external_id, min(event_id) AS op_id FROM ops

@@ -43,10 +43,12 @@ WITH rq AS (
            coalesce(m.real_tokens, c.real_tokens) AS real_tokens,
            coalesce(m.padded, c.real_tokens + c.pads) AS padded,
            coalesce(m.padded_len, c.padded_len) AS padded_len
-    FROM (SELECT request_id, max(real_tokens) AS real_tokens, max(padded) AS padded,
-                 max(padded_len) AS padded_len FROM masks GROUP BY request_id) m
-    FULL JOIN coded c USING (request_id)
-)
+    FROM (SELECT request_id FROM masks UNION SELECT request_id FROM coded) ids
+    LEFT JOIN (SELECT request_id, max(real_tokens) AS real_tokens, max(padded) AS padded,
+                      max(padded_len) AS padded_len FROM masks GROUP BY request_id) m
+      USING (request_id)
+    LEFT JOIN coded c USING (request_id)  -- (not a FULL JOIN: DuckDB cannot run that
+)                                         -- inside a LATERAL join, tracekit.sql.over_traces)
 SELECT $trace_id::INTEGER AS trace_id, r.request_id, r.dur_ns / 1e6 AS e2e_ms, q.items,
        f.real_tokens, f.padded AS padded_tokens, f.padded_len,
        CASE WHEN f.real_tokens IS NOT NULL

@@ -11,8 +11,8 @@
 -- .to("cpu"), aten::item, ...; else the Python frame that made the call, else the call itself)
 -- with the most wait time; op_wait_ms its share; call = the runtime call it waits in.
 WITH waits AS (
-    SELECT event_id, name, stage, pid, tid, start_ns, end_ns, dur_ns, parent_id FROM events
-    WHERE trace_id = $trace_id AND kind = 'runtime' AND tid IS NOT NULL AND stage IS NOT NULL
+    SELECT trace_id, event_id, name, stage, pid, tid, start_ns, end_ns, dur_ns, parent_id
+    FROM events WHERE trace_id = $trace_id AND kind = 'runtime' AND tid IS NOT NULL AND stage IS NOT NULL
       AND (name ILIKE '%synchronize%'
            OR regexp_matches(name,
                              '^((cuda|hip)Memcpy(WithStream|2D|3D|DtoH|HtoD|DtoD)?|cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?)$'))
@@ -30,16 +30,17 @@ WITH waits AS (
 ), named AS (
     SELECT w.*, coalesce(a.op, CASE WHEN f.kind = 'python' THEN f.name END, w.name) AS op
     FROM waits w LEFT JOIN around a USING (event_id)
-    LEFT JOIN events f ON f.trace_id = $trace_id AND f.event_id = w.parent_id
+    LEFT JOIN events f ON f.trace_id = w.trace_id AND f.event_id = w.parent_id
 ), iv AS (
     SELECT {'stage': stage, 'pid': pid, 'tid': tid} AS key, start_ns, end_ns FROM waits
 ), per_stage AS (
     SELECT key.stage AS stage, sum(union_ns) AS wait_ns, sum(n) AS waits
     FROM tk_union_ns('iv') GROUP BY key.stage
 ), per_op AS (
-    SELECT stage, op, sum(dur_ns) AS ns, arg_max(name, dur_ns) AS call FROM named GROUP BY ALL
-), top_op AS (
-    SELECT stage, arg_max(op, ns) AS op, max(ns) AS ns, arg_max(call, ns) AS call
+    SELECT stage, op, sum(dur_ns) AS ns, arg_max(name, (dur_ns, name)) AS call
+    FROM named GROUP BY ALL
+), top_op AS (  -- (ties to the larger name: arg_max alone picks any of them)
+    SELECT stage, arg_max(op, (ns, op)) AS op, max(ns) AS ns, arg_max(call, (ns, op)) AS call
     FROM per_op GROUP BY stage
 ), stage_ns AS (
     SELECT stage, sum(dur_ns) AS ns FROM stages WHERE trace_id = $trace_id GROUP BY stage

@@ -11,7 +11,7 @@
 -- quantile_cont over kernel durations. coverage = share of the trace's kernel time that is
 -- attributed to some stage (the same value on every row).
 WITH k AS (
-    SELECT event_id, name, dur_ns, stage, launch_id, external_id FROM events
+    SELECT trace_id, event_id, name, dur_ns, stage, launch_id, external_id FROM events
     WHERE trace_id = $trace_id AND kind = 'kernel'
 ), has_ops AS (
     SELECT count(*) > 0 AS yes FROM events WHERE trace_id = $trace_id AND kind = 'cpu_op'
@@ -26,7 +26,7 @@ WITH k AS (
 ), kp AS (  -- each kernel with the parent of the runtime call that launched it
     SELECT k.*, r.parent_id AS launch_parent
     FROM k LEFT JOIN events r
-      ON r.trace_id = $trace_id AND r.kind = 'runtime' AND r.event_id = k.launch_id
+      ON r.trace_id = k.trace_id AND r.kind = 'runtime' AND r.event_id = k.launch_id
 ), parents AS (SELECT DISTINCT launch_parent AS id FROM kp WHERE launch_parent IS NOT NULL
 ), op_id_of_parent AS (  -- up the chain from the launch's parent: the nearest op, 8 levels
     SELECT p.id,

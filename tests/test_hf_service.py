@@ -154,11 +154,11 @@ def test_a_schedule_that_never_activates_fails_and_says_why(tmp_path):
 
 
 def findings_of(run_dir: Path, trace_id: int, scope: str | None = None) -> set[str]:
-    from tracekit.report.context import run_queries
+    from tracekit.report.report_rows import run_report_queries
     from tracekit.report.findings import evaluate
 
     with tracekit.open(run_dir) as t:
-        q = run_queries(t, trace_id, 15)
+        q = run_report_queries(t, [trace_id], 15)[trace_id]
     found = evaluate({**q, "top_ops": q["top_ops_all"]})
     return {f.id for f in found if scope is None or f.scope == scope}
 

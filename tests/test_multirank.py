@@ -145,19 +145,24 @@ def test_parallel_ingest_raises_the_first_bad_trace(tmp_path: Path) -> None:
         raise AssertionError("a damaged trace was ingested without an error")
 
 
-def test_report_over_ranks_on_several_threads_equals_one_thread(
+def test_report_over_ranks_all_at_once_equals_one_trace_at_a_time(
     tmp_path: Path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    """The ranks' reports run on one thread per core, each on its own cursor of the union
-    store (TraceSet.cursor): the JSON report is the one a single thread writes."""
-    from tracekit.report import context
+    """The report runs each query once for all the ranks (report_rows, over_traces), spread
+    over one cursor per core: its JSON is the one that each query run once per trace, on one
+    thread, writes."""
+    from tracekit.report import context, report_rows
     from tracekit.report.render import render
 
     folder = _ranks(tmp_path)
+    each = report_rows._each
     out = []
-    for cores in (1, 2):
-        monkeypatch.setattr(context, "_cores", lambda c=cores: c)
+    for cores, per_trace in ((1, True), (2, False), (1, False)):
+        monkeypatch.setattr(report_rows, "_cores", lambda c=cores: c)
+        monkeypatch.setattr(report_rows, "_each", each if not per_trace else (
+            lambda ts, job, ids: {i: ts.query_dicts(job.query, trace_id=i, **job.params)
+                                  for i in ids}))  # fmt: skip
         with tracekit.open(folder) as ts:
             out.append(render(context.build_report_context(ts, [folder]), "json"))
-    assert out[0] == out[1]
-    assert '"late_rank"' in out[0]  # the cross-rank section, over the main connection
+    assert out[0] == out[1] == out[2]
+    assert '"late_rank"' in out[0]  # the cross-rank section

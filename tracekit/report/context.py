@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tracekit import roofline
 from tracekit.errors import TraceFormatError
 from tracekit.present_table import Cell, Column, Table
 from tracekit.redact import redact_value
 from tracekit.report import charts, section_json, timeline
-from tracekit.report.batched import SERVED, served, served_generation, serving_split, slo_row
+from tracekit.report.batched import served, served_generation, serving_split
 from tracekit.report.batched import serving_sentence as batched_sentence
 from tracekit.report.capture_paths import relative_paths
 from tracekit.report.figures import figures, rounded
@@ -28,7 +25,8 @@ from tracekit.report.finding import Finding
 from tracekit.report.findings import evaluate
 from tracekit.report.model import Answer, RankView, ReportContext, TraceReport
 from tracekit.report.ranks import is_rank_set, rank_rows, skew
-from tracekit.report.sections import EXTRA_QUERIES, SECTIONS, Laid, Section
+from tracekit.report.report_rows import Job, run_jobs, run_report_queries
+from tracekit.report.sections import SECTIONS, Laid, Section
 from tracekit.report.serving import generation, serving_sentence
 from tracekit.slo import NO_SERVING_OPTIONS, ServingOptions
 from tracekit.sql import load_query
@@ -111,35 +109,6 @@ def make_table(
         pinned=pinned,
         shown=SHOWN_ROWS if len(cells) - pinned > FOLD_OVER else 0,
     )
-
-
-def run_queries(
-    ts: QuerySource, trace_id: int, top_n: int, serving: ServingOptions = NO_SERVING_OPTIONS
-) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every section's query and of EXTRA_QUERIES for one trace (top_ops_all: every
-    op, for the findings; serving_slo: each --slo target's share, batched servers only)."""
-
-    def extra(name: str) -> dict[str, Any]:  # --warmup / --slo for the serving queries
-        return serving.params({p.name for p in load_query(name).params}) if name in SERVED else {}
-
-    q = {name: ts.query_dicts(name, trace_id=trace_id, **extra(name)) for name in EXTRA_QUERIES}
-    q["top_ops_all"] = ts.query_dicts("top_ops", trace_id=trace_id, limit=2**31 - 1)
-    # merged to the drawn resolution: 1 px of the plot
-    q["timeline_lanes"] = ts.query_dicts("timeline_lanes", trace_id=trace_id, px=timeline.PX)
-    for sec in SECTIONS:
-        params = sec.query_params(trace_id, top_n)
-        if sec.query == "top_ops" and params.keys() == {"trace_id", "limit"}:
-            # top_ops ranks before its limit: its first `limit` ranks are the same rows
-            q[sec.query] = [r for r in q["top_ops_all"] if r["rank"] <= params["limit"]]
-        elif sec.query not in q or params.keys() != {"trace_id"}:  # (two sections read op_kernels)
-            q[sec.query] = ts.query_dicts(sec.query, **params, **extra(sec.query))
-    if served(q):  # a batch's steps serve all its requests: TTFT/TPOT are serving_throughput's
-        q["generation_requests"] = []
-    q["serving_slo"] = [slo_row(s, ts.query_dicts("serving_throughput", trace_id=trace_id,
-                                                  warmup=serving.warmup, **{s.param: s.limit_ms}))
-                        for s in serving.slos if served(q)]  # fmt: skip
-    q["op_efficiency"] = [roofline.analyze(q)]  # FLOPs per op: Python formulas over op_kernels
-    return q
 
 
 _HOW = {
@@ -385,10 +354,8 @@ def _request_values(reqs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, f
     return values, order + ["unattributed"]
 
 
-def _trace_report(
-    ts: QuerySource, trace_id: int, top_n: int, serving: ServingOptions = NO_SERVING_OPTIONS
-) -> TraceReport:
-    q = run_queries(ts, trace_id, top_n, serving)
+def _trace_report(q: dict[str, list[dict[str, Any]]], trace_id: int, top_n: int) -> TraceReport:
+    """One trace's part of the report, laid out from its query rows (report_rows)."""
     findings = evaluate({**q, "top_ops": q["top_ops_all"]})
     if served(q):  # a served request's time outside stages is its queue and hand-back, which
         # the serving section shows: not code left unannotated
@@ -543,33 +510,9 @@ def build_report_context(
 def _trace_reports(
     ts: QuerySource, ids: Sequence[int], top_n: int, serving: ServingOptions = NO_SERVING_OPTIONS
 ) -> tuple[TraceReport, ...]:
-    """Every trace's report, in id order. Several traces (the ranks of a job) run on one
-    thread per core, each with its own cursor: a report is ~40 small queries whose time is
-    mostly DuckDB planning and starting them, which a connection does one at a time."""
-    cursor = getattr(ts, "cursor", None)  # TraceSet has one; Spark runs its own jobs
-    workers = min(len(ids), _cores())
-    if cursor is None or workers < 2:
-        return tuple(_trace_report(ts, i, top_n, serving) for i in ids)
-    stripes = [ids[k::workers] for k in range(workers)]
-    sources = [cursor() for _ in stripes]
-
-    def run(k: int) -> list[TraceReport]:
-        return [_trace_report(sources[k], i, top_n, serving) for i in stripes[k]]
-
-    try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="tracekit-report") as pool:
-            done = {t.trace_id: t for part in pool.map(run, range(workers)) for t in part}
-    finally:
-        for src in sources:
-            src.close()
-    return tuple(done[i] for i in ids)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    """Every trace's report, in id order (the queries of all of them at once: report_rows)."""
+    rows = run_report_queries(ts, ids, top_n, serving)
+    return tuple(_trace_report(rows[i], i, top_n) for i in ids)
 
 
 RANK_COLS = (
@@ -590,7 +533,8 @@ RANK_COLS = (
 
 def _rank_view(ts: QuerySource, traces: Sequence[TraceReport]) -> RankView | None:
     """The cross-rank section when the source holds several ranks of one job (else None)."""
-    rows = [r for t in traces for r in ts.query_dicts("rank_compare", trace_id=t.trace_id)]
+    each = run_jobs(ts, [Job("ranks", "rank_compare")], [t.trace_id for t in traces])["ranks"]
+    rows = [r for t in traces for r in each[t.trace_id]]
     if not is_rank_set(rows):
         return None
     skewed = skew(rows)

@@ -16,7 +16,7 @@ from tracekit.atomic import check_input_file, folder_for
 from tracekit.categories import install
 from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
-from tracekit.sql import load_query, run_named_query
+from tracekit.sql import ID_TYPES, TRACE_IDS, load_query, run_named_query
 from tracekit.store.build import (
     CACHE_SUFFIX,
     SCHEMA_VERSION,
@@ -126,6 +126,12 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
     return traces, stores
 
 
+# Per query, the id type its over_traces form plans with (learnt at the first try in this
+# process; empty: neither, the query runs once per trace).
+_LATERAL_TYPES: dict[str, tuple[str, ...]] = {}
+_NOT_PLANNED = ("Not implemented Error", "INTERNAL Error")
+
+
 class QuerySource(Protocol):
     """What the report and the CLI need of an engine: tracekit.TraceSet (DuckDB) or
     tracekit.spark.SparkTraceSet. `sql` takes DuckDB SQL; both return polars DataFrames."""
@@ -227,6 +233,32 @@ class TraceSet:
         q = load_query(name)
         res = self.rows(q.text, q.bind(params))
         return [dict(zip(res.columns, row, strict=True)) for row in res.rows]
+
+    def query_dicts_each(
+        self, name: str, trace_ids: Sequence[int], **params: Any
+    ) -> dict[int, list[dict[str, Any]]]:
+        """`query_dicts(name, trace_id=i, **params)` for each id, in one statement where the
+        query has its over_traces form and DuckDB can plan it (else once per trace)."""
+        q = load_query(name)
+        if len(trace_ids) > 1 and q.over_traces() is not None:
+            bound = q.bind({"trace_id": trace_ids[0], **params})
+            del bound["trace_id"]
+            for id_type in _LATERAL_TYPES.get(name, ID_TYPES):
+                try:
+                    res = self.rows(q.over_traces(id_type) or "",
+                                    {**bound, TRACE_IDS: list(trace_ids)})  # fmt: skip
+                except QueryError as e:
+                    if not str(e).startswith(_NOT_PLANNED):
+                        raise
+                    continue
+                _LATERAL_TYPES[name] = (id_type,)
+                out: dict[int, list[dict[str, Any]]] = {i: [] for i in trace_ids}
+                cols = res.columns[1:]
+                for row in res.rows:
+                    out[row[0]].append(dict(zip(cols, row[1:], strict=True)))
+                return out
+            _LATERAL_TYPES[name] = ()  # DuckDB plans neither form: once per trace
+        return {i: self.query_dicts(name, trace_id=i, **params) for i in trace_ids}
 
     def _execute(self, query: str, params: dict[str, Any] | None) -> duckdb.DuckDBPyConnection:
         try:
