@@ -98,6 +98,7 @@ _TRACE_ID_USE = re.compile(r"\$trace_id\b")
 ID_TYPES = ("INTEGER", "BIGINT")  # see over_traces
 
 
+@cache
 def over_traces(text: str, id_type: str = "INTEGER") -> str | None:
     """A query over one trace (`$trace_id`) as one statement over many (`$__tk_trace_ids`).
 
