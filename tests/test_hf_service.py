@@ -154,8 +154,8 @@ def test_a_schedule_that_never_activates_fails_and_says_why(tmp_path):
 
 
 def findings_of(run_dir: Path, trace_id: int, scope: str | None = None) -> set[str]:
-    from tracekit.report.report_rows import run_report_queries
     from tracekit.report.findings import evaluate
+    from tracekit.report.report_rows import run_report_queries
 
     with tracekit.open(run_dir) as t:
         q = run_report_queries(t, [trace_id], 15)[trace_id]
