@@ -120,3 +120,16 @@ def test_numbered_inside(text: str, number: str | None) -> None:
         assert q is not None and f"{number} AS __tk_row" in q
         assert q.endswith(f"ORDER BY {EACH_TRACE}, __tk_q.__tk_row")
         assert "$trace_id" not in q and "__tk_each.id" in q
+
+
+def test_query_over_every_trace_in_one_statement(tmp_path: Path) -> None:
+    """TraceSet.query with no trace_id (`tracekit query NAME FOLDER`) gives the rows that
+    running the query once per trace and concatenating gives."""
+    from tracekit.sql import run_named_query
+
+    (ranks,) = _sets(tmp_path)[0]
+    with tracekit.open(ranks) as ts:
+        for name in ("top_ops", "timeline_lanes", "request_sizes", "gpu_streams"):
+            got = ts.query(name).to_dicts()
+            assert got == run_named_query(ts.sql, name, {}).to_dicts(), name
+            assert {r["trace_id"] for r in got} == {1, 2, 3}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import duckdb
 
@@ -16,7 +16,7 @@ from tracekit.atomic import check_input_file, folder_for
 from tracekit.categories import install
 from tracekit.errors import QueryError, StoreError, TraceFormatError, TracekitError
 from tracekit.ingest import formats
-from tracekit.sql import ID_TYPES, TRACE_IDS, load_query, run_named_query
+from tracekit.sql import EACH_TRACE, ID_TYPES, TRACE_IDS, load_query, run_named_query
 from tracekit.store.build import (
     CACHE_SUFFIX,
     SCHEMA_VERSION,
@@ -130,6 +130,7 @@ def resolve_inputs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]
 # process; empty: neither, the query runs once per trace).
 _LATERAL_TYPES: dict[str, tuple[str, ...]] = {}
 _NOT_PLANNED = ("Not implemented Error", "INTERNAL Error")
+_Result = TypeVar("_Result")
 
 
 class QuerySource(Protocol):
@@ -239,26 +240,37 @@ class TraceSet:
     ) -> dict[int, list[dict[str, Any]]]:
         """`query_dicts(name, trace_id=i, **params)` for each id, in one statement where the
         query has its over_traces form and DuckDB can plan it (else once per trace)."""
+        res = self._over_traces(name, trace_ids, params, self.rows)
+        if res is None:
+            return {i: self.query_dicts(name, trace_id=i, **params) for i in trace_ids}
+        out: dict[int, list[dict[str, Any]]] = {i: [] for i in trace_ids}
+        cols = res.columns[1:]
+        for row in res.rows:
+            out[row[0]].append(dict(zip(cols, row[1:], strict=True)))
+        return out
+
+    def _over_traces(
+        self, name: str, trace_ids: Sequence[int], params: dict[str, Any],
+        run: Callable[[str, dict[str, Any]], _Result],
+    ) -> _Result | None:  # fmt: skip
+        """The query's over_traces form for these ids, run by `run` with the first id type
+        DuckDB plans it with; None when there is no such form or DuckDB plans neither."""
         q = load_query(name)
-        if len(trace_ids) > 1 and q.over_traces() is not None:
-            bound = q.bind({"trace_id": trace_ids[0], **params})
-            del bound["trace_id"]
-            for id_type in _LATERAL_TYPES.get(name, ID_TYPES):
-                try:
-                    res = self.rows(q.over_traces(id_type) or "",
-                                    {**bound, TRACE_IDS: list(trace_ids)})  # fmt: skip
-                except QueryError as e:
-                    if not str(e).startswith(_NOT_PLANNED):
-                        raise
-                    continue
-                _LATERAL_TYPES[name] = (id_type,)
-                out: dict[int, list[dict[str, Any]]] = {i: [] for i in trace_ids}
-                cols = res.columns[1:]
-                for row in res.rows:
-                    out[row[0]].append(dict(zip(cols, row[1:], strict=True)))
-                return out
-            _LATERAL_TYPES[name] = ()  # DuckDB plans neither form: once per trace
-        return {i: self.query_dicts(name, trace_id=i, **params) for i in trace_ids}
+        if len(trace_ids) < 2 or q.over_traces() is None:
+            return None
+        bound = q.bind({"trace_id": trace_ids[0], **params})
+        del bound["trace_id"]
+        for id_type in _LATERAL_TYPES.get(name, ID_TYPES):
+            try:
+                out = run(q.over_traces(id_type) or "", {**bound, TRACE_IDS: list(trace_ids)})
+            except QueryError as e:
+                if not str(e).startswith(_NOT_PLANNED):
+                    raise
+                continue
+            _LATERAL_TYPES[name] = (id_type,)
+            return out
+        _LATERAL_TYPES[name] = ()  # DuckDB plans neither form: once per trace
+        return None
 
     def _execute(self, query: str, params: dict[str, Any] | None) -> duckdb.DuckDBPyConnection:
         try:
@@ -270,7 +282,14 @@ class TraceSet:
             raise QueryError(msg) from None
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
-        """Run the named query `queries/<name>.sql` over every trace (or `trace_id=N`)."""
+        """Run the named query `queries/<name>.sql` over every trace (or `trace_id=N`); over
+        every trace, in one statement where it can (query_dicts_each)."""
+        takes_trace = "trace_id" in {p.name for p in load_query(name).params}
+        if takes_trace and "trace_id" not in params:
+            ids = [int(r[0]) for r in self.rows("SELECT trace_id FROM traces ORDER BY 1").rows]
+            frame = self._over_traces(name, ids, params, self.sql)
+            if frame is not None:
+                return frame.drop(EACH_TRACE)
         return run_named_query(self.sql, name, params)
 
     def cursor(self) -> TraceSet:
