@@ -38,7 +38,7 @@ class Laid:
     """What a section's callables see for one trace."""
 
     trace_id: int
-    q: Mapping[str, list[dict[str, Any]]]  # query name -> rows (run_queries)
+    q: Mapping[str, list[dict[str, Any]]]  # query name -> rows (report_rows.run_report_queries)
     colors: Mapping[str, str]  # stage -> colour, the same in every chart
     values: list[dict[str, float]]  # per request: stage -> ms (+ unattributed)
     order: list[str]  # stages in pipeline order (first seen first), unattributed last
