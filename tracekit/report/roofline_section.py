@@ -1,6 +1,7 @@
 """The report's roofline sections: the top ops by time with their FLOPs, bytes, throughput and
 verdict, the op x roofline chart (log-log), and model FLOPs per request. Their figures come from
-tracekit.roofline.analyze, run once per trace by report_rows.run_report_queries (q["op_efficiency"][0]).
+tracekit.roofline.analyze, run once per trace by report_rows.run_report_queries
+(q["op_efficiency"][0]).
 """
 
 from __future__ import annotations
