@@ -61,8 +61,10 @@ def copy_trace(tmp_path: Path):  # type: ignore[no-untyped-def]
 # one of them (by default xdist starts the files with the most tests first, and a file of one
 # long test, like test_readme.py, came last). Scheduling only: no test depends on the order.
 RUN_FIRST = (
+    "test_spark.py",
     "test_queries.py",
     "test_report.py",
+    "test_over_traces.py",
     "test_hf_service.py",
     "test_gpu_activity.py",
     "test_report_browser.py",
@@ -71,7 +73,7 @@ RUN_FIRST = (
     "test_capture.py",
     "test_bad_inputs.py",
     "test_categories.py",
-    "test_spark.py",
+    "test_crash_safety.py",
     "test_diff_percall.py",
     "test_serving_examples.py",
     "test_roofline_capture.py",
