@@ -25,6 +25,7 @@ from tracekit.capture.plan import (
     TORCH_TRACE,
     CaptureOptions,
     Plan,
+    Run,
     make_plan,
 )
 from tracekit.capture.process import run_bounded
@@ -106,9 +107,10 @@ def capture(opts: CaptureOptions) -> CaptureResult:
         run.attributes_dir.mkdir(parents=True, exist_ok=True)
         res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
                           filter_noise=not opts.verbose)  # fmt: skip
-        if res.nsys_not_started and res.returncode != 0 and run.nsys_output is not None:
-            # nsys could not reach its daemon and never launched the program: once more
-            _notice("nsys could not start (Local Endpoint is not available); ran it again",
+        if (res.nsys_not_started and res.returncode != 0 and run.nsys_output is not None
+                and not _program_ran(run)):  # fmt: skip
+            # nsys failed before the program ran (its daemon or its process waiter): once more
+            _notice("nsys could not start the program (see its message above); ran it again",
                     notices)  # fmt: skip
             res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
                               filter_noise=not opts.verbose)  # fmt: skip
@@ -195,6 +197,13 @@ def capture(opts: CaptureOptions) -> CaptureResult:
     if empty_nsys:
         print(f"tracekit: {empty_nsys}", file=sys.stderr, flush=True)
     return result
+
+
+def _program_ran(run: Run) -> bool:
+    """Whether the run's program left anything: its torch trace, its stage records."""
+    if run.torch_trace is not None and run.torch_trace.exists():
+        return True
+    return run.attributes_dir is not None and any(run.attributes_dir.iterdir())
 
 
 def _no_torch_trace(opts: CaptureOptions, clock: StageClock) -> str:

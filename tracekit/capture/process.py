@@ -33,9 +33,13 @@ TOOL_NOISE = re.compile(
 )
 
 
-# nsys failing to reach its own daemon before it launches the program (seen on a loaded
-# machine with two captures at once: "Local Endpoint is not available"): the program never ran
-NSYS_NOT_STARTED = re.compile(rb"Local Endpoint is not available")
+# nsys failing before the program runs, both seen on a loaded machine with two captures at once:
+# it cannot reach its own daemon ("Local Endpoint is not available"), or its process waiter
+# cannot open its semaphore ("[boost::errinfo_api_function_*] = sem_open"). capture runs it once
+# more only when the program also left no trace of having run (tracekit.capture).
+NSYS_NOT_STARTED = re.compile(
+    rb"Local Endpoint is not available|errinfo_api_function_\*\] = sem_open"
+)
 
 
 @dataclass(frozen=True)
