@@ -427,11 +427,18 @@ def check_zero_code(trace: Path, data: dict) -> None:
     figures = {"queue": parts["queue"], "end_to_end": parts["end_to_end"],
                "ttft": {"p50_ms": tp["ttft_p50_ms"], "p99_ms": tp["ttft_p99_ms"]},
                "tpot": {"p50_ms": tp["tpot_p50_ms"], "p99_ms": tp["tpot_p99_ms"]}}  # fmt: skip
+    # With no code change the hooks read the clock at the call of the named functions, not at
+    # the server's own reads beside them; between the two a thread may wait for the GIL, up to
+    # one switch interval (5 ms) while 4 clients and the batcher share it. The p50 of 30
+    # requests stays within the bar; their p99 is the worst two requests, so one such wait moves
+    # it (CI, idle: queue p99 17.41 vs 14.85 ms): it gets one switch interval more.
+    gil_wait_ms = sys.getswitchinterval() * 1e3
     for part, row in figures.items():
         mine = [float(r[f"{part}_ms"]) for r in data["requests"]]
         for q, col in ((0.5, "p50_ms"), (0.99, "p99_ms")):
             expected = quantile(mine, q)
-            assert abs(row[col] - expected) <= tolerance(expected), (trace.name, part, col)
+            bar = tolerance(expected) + (gil_wait_ms if col == "p99_ms" else 0.0)
+            assert abs(row[col] - expected) <= bar, (trace.name, part, col, row[col], expected)
     expected_rps = data["summary"]["requests_per_s"]
     assert abs(tp["requests_per_s"] - expected_rps) <= 0.01 * expected_rps, trace.name
 
