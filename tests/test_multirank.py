@@ -150,20 +150,58 @@ def test_report_over_ranks_all_at_once_equals_one_trace_at_a_time(
     tmp_path: Path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     """The report runs each query once for all the ranks (report_rows, over_traces), spread
-    over one cursor per core: its JSON is the one that each query run once per trace, on one
-    thread, writes."""
+    over one cursor per core, on an in-memory copy of the rank stores (hold_in_memory): its
+    JSON is the one that each query run once per trace, on one thread, over the stores
+    themselves, writes."""
     from tracekit.report import context, report_rows
     from tracekit.report.render import render
+    from tracekit.store.traceset import TraceSet
 
     folder = _ranks(tmp_path)
     each = report_rows._each
+    hold = TraceSet.hold_in_memory
     out = []
-    for cores, per_trace in ((1, True), (2, False), (1, False)):
+    for cores, plain in ((1, True), (2, False), (1, False)):
         monkeypatch.setattr(report_rows, "_cores", lambda c=cores: c)
-        monkeypatch.setattr(report_rows, "_each", each if not per_trace else (
+        monkeypatch.setattr(report_rows, "_each", each if not plain else (
             lambda ts, job, ids: {i: ts.query_dicts(job.query, trace_id=i, **job.params)
                                   for i in ids}))  # fmt: skip
+        monkeypatch.setattr(TraceSet, "hold_in_memory", hold if not plain else lambda ts: False)
         with tracekit.open(folder) as ts:
+            assert ts.stores == 2
             out.append(render(context.build_report_context(ts, [folder]), "json"))
+            assert ts.stores == (2 if plain else 1)  # 1: copied into memory
+            assert ts.sql("SELECT count(*) AS n FROM duckdb_views() WHERE NOT internal"
+                          " AND view_name = 'events'")["n"][0] == (1 if plain else 0)  # fmt: skip
     assert out[0] == out[1] == out[2]
     assert '"late_rank"' in out[0]  # the cross-rank section
+
+
+def test_stores_checked_at_once_are_fresh_exactly_when_checked_alone(tmp_path: Path) -> None:
+    """fresh_stores (a folder's caches in one pass) agrees with _cache_is_fresh (one store,
+    its own connection) on good, stale, foreign, truncated and WAL-shadowed caches."""
+    from tracekit.store.build import _cache_is_fresh, _source_key, fresh_stores
+
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for r in range(6):
+        synth(folder / f"rank{r}.json", 500, rank=r)
+    paths = find_traces(folder)
+    ensure_many(paths, [], workers=1)
+    caches = [cache_path_for(p) for p in paths]
+    keys = [_source_key(p, []) for p in paths]
+    assert fresh_stores(caches, keys) == [True] * 6
+    keys[1] = {**keys[1], "size": "0"}  # the source changed since
+    con = duckdb.connect(str(caches[2]))  # a view in it: not a store tracekit wrote
+    con.execute("CREATE VIEW v AS SELECT 1")
+    con.close()
+    data = caches[3].read_bytes()  # cut short: DuckDB may still open it
+    caches[3].write_bytes(data[: len(data) // 2])
+    caches[4].with_name(caches[4].name + ".wal").write_bytes(b"not its WAL")
+    caches[5].unlink()
+    alone = [_cache_is_fresh(c, k) for c, k in zip(caches, keys, strict=True)]
+    assert alone == [True, False, False, False, False, False]
+    assert fresh_stores(caches, keys) == alone
+    # and the folder reopens: the bad caches are rebuilt, the good one reused
+    results = ensure_many(paths, [], workers=1)
+    assert [r.reused for r in results] == [True, True, False, False, False, False]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from tracekit.store.build import (
     _source_key,
     cache_path_for,
     ensure_trace_store,
+    fresh_stores,
     reuse_fresh_store,
 )
 from tracekit.store.stages import StageRule
@@ -61,14 +62,25 @@ def _is_fresh(path: Path, rules: list[StageRule]) -> bool:
 def _fresh_each(
     paths: Sequence[Path], rules: Sequence[list[StageRule]], refresh: bool
 ) -> list[bool]:
-    """_is_fresh for each path, on one thread per core (30 ms a store, mostly DuckDB opening
-    it and reading its meta, without the GIL: 2.8 s of a 64-rank report's open on one)."""
+    """_is_fresh for each path; for many, all in one pass (fresh_stores: 30 ms a store
+    checked alone, 2.1 s of a 64-rank report's open)."""
     if refresh:
         return [False] * len(paths)
     if len(paths) < 4:
         return [_is_fresh(p, r) for p, r in zip(paths, rules, strict=True)]
-    with ThreadPoolExecutor(min(len(paths), default_workers(len(paths)))) as pool:
-        return list(pool.map(_is_fresh, paths, rules))
+    keys: list[dict[str, str] | None] = []
+    for p, r in zip(paths, rules, strict=True):
+        try:
+            keys.append(_source_key(p, r) if p.is_file() else None)
+        except Exception:  # any doubt: stale, the worker decides
+            keys.append(None)
+    checked = [i for i, k in enumerate(keys) if k is not None]
+    fresh = fresh_stores([cache_path_for(paths[i]) for i in checked],
+                         [keys[i] or {} for i in checked])  # fmt: skip
+    out = [False] * len(paths)
+    for i, ok in zip(checked, fresh, strict=True):
+        out[i] = ok
+    return out
 
 
 def ensure_many(
