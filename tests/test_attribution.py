@@ -155,3 +155,47 @@ def test_stage_rules_keep_the_outermost_hits_like_a_python_pass(seed: int, tmp_p
         got = t.sql("SELECT stage, event_id FROM stages ORDER BY stage, event_id").rows()
     assert got == expected
     assert len(expected) > 30 and len(expected) < len(hits)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_parent_stage_is_the_innermost_other_stage_holding_the_range(
+    seed: int, tmp_path: Path
+) -> None:
+    """stages.parent_stage against a plain-Python pass over the stages and requests tables:
+    the innermost range of another stage on the same thread that contains it (larger, or of
+    equal length and earlier), looked for in its own request first, then among the ranges
+    outside every request or ending after their request - nested, tangled, shared starts."""
+    events = _trace(seed)
+    for k in range(3):  # thread 1: ranges outside the requests that hold some of them
+        events.append(_x("user_annotation", f"tracekit:outer{k}", 1, k * 400, 500 + k * 300))
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    with tracekit.open(path) as t:
+        stages = t.sql("SELECT event_id, stage, start_ns, end_ns, dur_ns, coalesce(pid, -1) AS pid,"
+                       " tid, request_id, parent_stage FROM stages").to_dicts()  # fmt: skip
+        req_end = dict(t.sql("SELECT request_id, end_ns FROM requests").rows())
+    assert len(stages) > 100
+
+    def holds(p: dict[str, Any], c: dict[str, Any]) -> bool:
+        return (p["tid"] == c["tid"] and p["pid"] == c["pid"] and p["stage"] != c["stage"]
+                and p["start_ns"] <= c["start_ns"] and p["end_ns"] >= c["end_ns"]
+                and (p["dur_ns"] > c["dur_ns"]
+                     or (p["dur_ns"] == c["dur_ns"] and p["event_id"] < c["event_id"])))  # fmt: skip
+
+    def innermost(cands: list[dict[str, Any]]) -> set[str]:  # (equal lengths: any of them)
+        shortest = min((p["dur_ns"] for p in cands), default=None)
+        return {p["stage"] for p in cands if p["dur_ns"] == shortest}
+
+    straddling = [p for p in stages
+                  if p["request_id"] is None or p["end_ns"] > req_end[p["request_id"]]]  # fmt: skip
+    parented = 0
+    for c in stages:
+        if c["tid"] is None:
+            continue
+        near = innermost([p for p in stages if p["request_id"] == c["request_id"] and holds(p, c)])
+        far = innermost([p for p in straddling
+                         if p["request_id"] != c["request_id"] and holds(p, c)])  # fmt: skip
+        want = near or far or {None}
+        assert c["parent_stage"] in want, c
+        parented += c["parent_stage"] is not None
+    assert parented > 30 and parented < len(stages)

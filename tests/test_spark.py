@@ -292,22 +292,33 @@ def spark() -> Iterator[Any]:
         pytest.skip(f"Spark cannot run here: {why}")
     from tracekit.spark import local_session
 
-    session = local_session("local[2]")  # the CLI's own session settings, on 2 cores
+    session = local_session("local[2]")  # the CLI's own session settings, on 2 cores,
+    # but one partition a shuffle: the same rows, ~25% faster on tables of a few MB
+    session.conf.set("spark.sql.shuffle.partitions", "1")
     yield session
     session.stop()
 
 
 @pytest.mark.slow
 def test_every_catalogue_query_on_spark_matches_duckdb(spark: Any, lake: tuple[Path, Path]) -> None:
-    """Every named query, on every trace it takes: the same rows on Spark over the export as
-    on DuckDB over the traces. Percentiles are Spark's exact `percentile` (the same linear
-    interpolation as quantile_cont), so they too match within float tolerance."""
+    """Every named query: the same rows on Spark over the export as on DuckDB over the
+    traces, on the trace where DuckDB gives it the most rows (ties: the first), so each
+    query's translation is compared on its fullest result. (Every query on every trace was
+    ~200 Spark jobs, 8 of the suite's minutes; DuckDB over the same export is held to every
+    trace by test_duckdb_reads_an_export_folder_like_the_traces.) Percentiles are Spark's
+    exact `percentile` (the same linear interpolation as quantile_cont), so they too match
+    within float tolerance."""
     from tracekit.spark import open_spark
 
     ranks, pq = lake
     with tracekit.open(ranks) as duck, open_spark([pq], spark=spark) as sp:
+        richest: dict[str, tuple[dict[str, int], list[dict[str, Any]]]] = {}
         for name, params in runs(lake):
-            want = duck.query(name, **params).to_dicts()
+            rows = duck.query(name, **params).to_dicts()
+            if name not in richest or len(rows) > len(richest[name][1]):
+                richest[name] = (params, rows)
+        assert len(richest) == len(all_queries())
+        for name, (params, want) in richest.items():
             got = sp.query(name, **params).to_dicts()
             assert_same_rows(want, got, f"{name} {params}")
 

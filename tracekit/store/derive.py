@@ -84,6 +84,8 @@ def derive(
         "_stage_ranges",
         "_req_ranges",
         "_stage_req",
+        "_stage_keys",
+        "_stage_near",
         "_host_attr",
         "_stage_enc",
         "_req_enc",

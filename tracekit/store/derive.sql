@@ -438,37 +438,56 @@ FROM _stage_ranges s LEFT JOIN _stage_req q USING (event_id);
 
 -- Each stage range's enclosing stage: the innermost range of another stage on the same thread
 -- that contains it (tk_stage_parents makes the stage nesting of it). Looked for in the range's
--- own request first (a join per request: one over the whole thread cost ~1 s at 27k ranges
--- on one thread), then, for ranges with none there, among the ranges that can hold another
+-- own request first, then, for ranges with none there, among the ranges that can hold another
 -- request's ranges (those outside every request or ending after their request). Once here:
 -- four queries of a report read it, and each took 0.2 s to find it in a 1e6-kernel store.
+-- Containment is a range join DuckDB runs as one IE join (n log n): each range's start and
+-- end become their rank among all the ranges' end points, offset by its group's number (its
+-- thread and request, or its thread) times the count of ranks, so that one range contains
+-- another only within its group. (An equi-join on the group, then the containment test,
+-- compared every pair of ranges of a request: 27 s for 200k cpu_ops inferred as stages.)
+CREATE OR REPLACE TEMP TABLE _stage_keys AS
+WITH points AS (
+    SELECT start_ns AS t FROM stages UNION SELECT end_ns FROM stages
+), ranked AS (
+    SELECT t, row_number() OVER (ORDER BY t) AS r, count(*) OVER () + 1 AS n FROM points
+), grouped AS (
+    SELECT s.event_id, s.stage, s.dur_ns, s.request_id, a.n, a.r AS rs, b.r AS re,
+           dense_rank() OVER (ORDER BY s.tid, coalesce(s.pid, -1), coalesce(s.request_id, -1))
+               AS in_request,
+           dense_rank() OVER (ORDER BY s.tid, coalesce(s.pid, -1)) AS in_thread
+    FROM stages s JOIN ranked a ON a.t = s.start_ns JOIN ranked b ON b.t = s.end_ns
+    WHERE s.tid IS NOT NULL
+)
+SELECT event_id, stage, dur_ns, request_id,
+       in_request * n + rs AS req_start, in_request * n + re AS req_end,
+       in_thread * n + rs AS thr_start, in_thread * n + re AS thr_end
+FROM grouped;
+
+-- (Each join its own statement: inside one, DuckDB chose a piecewise merge join on one bound.)
+CREATE OR REPLACE TEMP TABLE _stage_near AS
+SELECT c.event_id, arg_min(p.stage, p.dur_ns) AS parent
+FROM _stage_keys c JOIN _stage_keys p ON p.req_start <= c.req_start AND p.req_end >= c.req_end
+WHERE p.stage <> c.stage
+  AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
+GROUP BY c.event_id;
+
 UPDATE stages SET parent_stage = enc.parent
 FROM (
-    WITH near_hits AS (  -- equi-join keys only (an IS NOT DISTINCT FROM or an OR in a LEFT
-                         -- JOIN's condition made DuckDB fall back to a nested-loop join)
-        SELECT c.event_id, arg_min(p.stage, p.dur_ns) AS parent
-        FROM stages c JOIN stages p
-          ON p.tid = c.tid AND coalesce(p.pid, -1) = coalesce(c.pid, -1)
-         AND coalesce(p.request_id, -1) = coalesce(c.request_id, -1)
-        WHERE p.stage <> c.stage AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
-          AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
-        GROUP BY c.event_id
-    ), near AS (
-        SELECT s.*, h.parent FROM stages s LEFT JOIN near_hits h USING (event_id)
-    ), straddling AS (
-        SELECT s.* FROM stages s LEFT JOIN requests r USING (request_id)
+    WITH straddling AS (
+        SELECT k.* FROM _stage_keys k JOIN stages s USING (event_id)
+        LEFT JOIN requests r ON r.request_id = s.request_id
         WHERE r.request_id IS NULL OR s.end_ns > r.end_ns
-    ), far AS (
-        SELECT c.event_id, arg_min(p.stage, p.dur_ns) AS parent
-        FROM near c JOIN straddling p
-          ON p.tid = c.tid AND coalesce(p.pid, -1) = coalesce(c.pid, -1)
-        WHERE c.parent IS NULL AND p.request_id IS DISTINCT FROM c.request_id
-          AND p.stage <> c.stage AND p.start_ns <= c.start_ns AND p.end_ns >= c.end_ns
-          AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
-        GROUP BY c.event_id
+    ), lone AS (
+        SELECT k.* FROM _stage_keys k ANTI JOIN _stage_near USING (event_id)
     )
-    SELECT n.event_id, coalesce(n.parent, f.parent) AS parent
-    FROM near n LEFT JOIN far f USING (event_id)
+    SELECT c.event_id, arg_min(p.stage, p.dur_ns) AS parent
+    FROM lone c JOIN straddling p ON p.thr_start <= c.thr_start AND p.thr_end >= c.thr_end
+    WHERE p.request_id IS DISTINCT FROM c.request_id AND p.stage <> c.stage
+      AND (p.dur_ns > c.dur_ns OR (p.dur_ns = c.dur_ns AND p.event_id < c.event_id))
+    GROUP BY c.event_id
+    UNION ALL
+    SELECT event_id, parent FROM _stage_near
 ) enc
 WHERE stages.event_id = enc.event_id AND enc.parent IS NOT NULL;
 
