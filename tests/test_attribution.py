@@ -177,10 +177,12 @@ def test_parent_stage_is_the_innermost_other_stage_holding_the_range(
     assert len(stages) > 100
 
     def holds(p: dict[str, Any], c: dict[str, Any]) -> bool:
+        larger = p["dur_ns"] > c["dur_ns"] or (
+            p["dur_ns"] == c["dur_ns"] and p["event_id"] < c["event_id"]
+        )
         return (p["tid"] == c["tid"] and p["pid"] == c["pid"] and p["stage"] != c["stage"]
                 and p["start_ns"] <= c["start_ns"] and p["end_ns"] >= c["end_ns"]
-                and (p["dur_ns"] > c["dur_ns"]
-                     or (p["dur_ns"] == c["dur_ns"] and p["event_id"] < c["event_id"])))  # fmt: skip
+                and larger)  # fmt: skip
 
     def innermost(cands: list[dict[str, Any]]) -> set[str]:  # (equal lengths: any of them)
         shortest = min((p["dur_ns"] for p in cands), default=None)

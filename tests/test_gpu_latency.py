@@ -32,8 +32,8 @@ def _report(path: Path) -> tuple[dict[str, Any], str, Any]:
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_trace_diff_test_hta.json.gz"))
-def test_step_latency_includes_the_gpu(trace: Path, copy_trace) -> None:  # type: ignore[no-untyped-def]
-    src = copy_trace(trace)
+def test_step_latency_includes_the_gpu(trace: Path) -> None:  # type: ignore[no-untyped-def]
+    src = trace
     want = oracle_steps(src, r"ProfilerStep#")
     assert max(w["tail_ms"] for w in want) > 40  # the GPU lags the host here: the case tested
     fig, md, stats = _report(src)
@@ -69,9 +69,9 @@ def test_step_latency_includes_the_gpu(trace: Path, copy_trace) -> None:  # type
     shared_params("kineto_b300_sglang_qwen3-30b-a3b_decode_bs16_cudagraph_tracelens.json.gz")
     + shared_params("kineto_mi300x_sglang_qwen3-30b-a3b_decode_bs16_hipgraph_tracelens.json.gz"),
 )
-def test_graph_replayed_decode_step_latency(trace: Path, copy_trace) -> None:  # type: ignore[no-untyped-def]
+def test_graph_replayed_decode_step_latency(trace: Path) -> None:  # type: ignore[no-untyped-def]
     """The decode step's kernels all come from one graph launch: they count via the launch."""
-    src = copy_trace(trace)
+    src = trace
     (step,) = oracle_steps(src, r"step\[DECODE")
     assert step["tail_ms"] > step["host_ms"]  # the GPU finishes long after the host
     fig, md, stats = _report(src)

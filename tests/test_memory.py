@@ -222,8 +222,8 @@ def oracle_nsys_memory(path: Path) -> dict[int, dict[str, int]]:
 
 
 @pytest.mark.skipif(not NSYS_MEMORY_TRACE.exists(), reason=f"{NSYS_MEMORY_TRACE} is absent")
-def test_nsys_cuda_memory_usage_peaks_equal_a_plain_sqlite_pass(copy_trace) -> None:  # type: ignore[no-untyped-def]
-    src = copy_trace(NSYS_MEMORY_TRACE)
+def test_nsys_cuda_memory_usage_peaks_equal_a_plain_sqlite_pass() -> None:  # type: ignore[no-untyped-def]
+    src = NSYS_MEMORY_TRACE
     expected = oracle_nsys_memory(NSYS_MEMORY_TRACE)
     # the export's 60 rows: cudaHostAlloc (pinned) and cudaMalloc (device), 15 of each op
     assert sum(d["events"] for d in expected.values()) == 60

@@ -240,11 +240,11 @@ STEP_TRACES = (  # traces whose requests are their ProfilerStep#N annotations
 
 
 @pytest.mark.parametrize("trace", [p for name in STEP_TRACES for p in shared_params(name)])
-def test_idle_gaps_lead_in_and_tail_of_each_step_match_python_pass(trace, copy_trace) -> None:
+def test_idle_gaps_lead_in_and_tail_of_each_step_match_python_pass(trace) -> None:
     """Lead-in = a step's start to its first GPU activity, tail = its last GPU activity to its
     end, by a plain pass over the JSON (steps: the ProfilerStep#N events; GPU activity: the
     union of positive-length kernels, copies and memsets)."""
-    path = copy_trace(trace)
+    path = trace
     evs = _events(path)
     us = lambda x: round(x * 1000)  # noqa: E731 (us -> ns, as the ingest rounds)
     islands = _islands(

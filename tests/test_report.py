@@ -245,15 +245,16 @@ def test_hostile_names_render_as_text(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_*.json.gz"))
-def test_report_renders_on_shared_kineto(trace: Path, copy_trace) -> None:
-    path = copy_trace(trace)
-    for fmt in ("html", "md", "json"):
-        out = write_report([path], fmt=fmt)
-        assert out.exists() and out.stat().st_size > 0
+def test_report_renders_on_shared_kineto(trace: Path, tmp_path: Path) -> None:
+    """The JSON report written end to end (the trace opened in place: its store is the run's),
+    HTML and md rendered from one context; GPU busy and kernel counts against the store."""
+    out = write_report([trace], output=tmp_path / "r.json", fmt="json")
     data = json.loads(out.read_text())
-    with tracekit.open(path) as t:
+    with tracekit.open(trace) as t:
         kernels = t.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"][0]
         busy = t.query("gpu_utilization").filter(scope="trace")["busy_ms"][0]
+        ctx = build_report_context(t, [trace])
+    assert render_html(ctx).startswith("<!DOCTYPE html>") and render_md(ctx).startswith("# ")
     assert data["traces"][0]["gpu"]["busy_ms"] == pytest.approx(busy, abs=1e-6)
     assert sum(k["count"] for k in data["traces"][0]["top_kernels"]) <= kernels
 
@@ -261,9 +262,8 @@ def test_report_renders_on_shared_kineto(trace: Path, copy_trace) -> None:
 @pytest.mark.nsys
 @pytest.mark.skipif(not HAS_NSYS_INGEST, reason="tracekit.ingest.nsys not written yet")
 @pytest.mark.parametrize("trace", shared_params("nsys_*.sqlite"))
-def test_report_renders_on_shared_nsys(trace: Path, copy_trace) -> None:
-    path = copy_trace(trace)
-    out = write_report([path], fmt="json")
+def test_report_renders_on_shared_nsys(trace: Path, tmp_path: Path) -> None:
+    out = write_report([trace], output=tmp_path / "r.json", fmt="json")
     assert json.loads(out.read_text())["traces"][0]["format"] == "nsys"
 
 

@@ -121,7 +121,7 @@ def _tracekit_rows(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("src", KINETO + TORCHREC)
-def test_op_flops_and_bytes_match_an_independent_pass(src: Path | None, copy_trace) -> None:  # type: ignore[no-untyped-def]
+def test_op_flops_and_bytes_match_an_independent_pass(src: Path | None) -> None:  # type: ignore[no-untyped-def]
     assert src is not None
     events = _events(src)
     ops = [e for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower()
@@ -134,7 +134,7 @@ def test_op_flops_and_bytes_match_an_independent_pass(src: Path | None, copy_tra
         if w is not None:
             expected[(e["name"], w[0], w[1])] += 1
     assert expected, f"{src.name}: the oracle found no op it covers"
-    q = _tracekit_rows(copy_trace(src))
+    q = _tracekit_rows(src)
     got: Counter[tuple[str, float, float]] = Counter()
     names = {n for n, _, _ in expected}
     for r in q["op_kernels"]:
@@ -193,9 +193,9 @@ def _oracle_top_gemm_tflops(events: list[dict[str, Any]], name: str, shapes: str
 @pytest.mark.parametrize("src", [p for p in KINETO if p.values[0] is None or any(  # type: ignore[union-attr]
     s in p.values[0].name for s in ("h100_qwen", "h100_bert", "h100_vit", "trace_diff_control",  # type: ignore[union-attr]
                                     "trace_diff_test"))])  # fmt: skip
-def test_top_gemm_tflops_against_the_oracle(src: Path | None, copy_trace) -> None:  # type: ignore[no-untyped-def]
+def test_top_gemm_tflops_against_the_oracle(src: Path | None) -> None:  # type: ignore[no-untyped-def]
     assert src is not None
-    a = analyze(_tracekit_rows(copy_trace(src)))
+    a = analyze(_tracekit_rows(src))
     g = a["top_gemm"]
     assert g is not None and a["device"] is not None, a["note"]
     expected = _oracle_top_gemm_tflops(_events(src), g["name"], g["shapes"])
@@ -205,12 +205,12 @@ def test_top_gemm_tflops_against_the_oracle(src: Path | None, copy_trace) -> Non
     assert g["share_peak_compute"] < 1.0  # no op beats its device's peak
 
 
-def test_work_is_counted_once_per_op_tree(copy_trace) -> None:  # type: ignore[no-untyped-def]
+def test_work_is_counted_once_per_op_tree() -> None:  # type: ignore[no-untyped-def]
     """aten::linear -> aten::addmm: the FLOPs once, at the linear; its kernels its time."""
     src = Path("../shared/traces/kineto_h100_bert_small_inference_tracelens.json.gz")
     if not src.is_file():
         pytest.skip("../shared/traces is absent")
-    q = _tracekit_rows(copy_trace(src))
+    q = _tracekit_rows(src)
     calls, gpu = modeled_calls(q["op_kernels"])
     assert gpu
     names = Counter(c.name for c in calls)
@@ -230,7 +230,7 @@ def test_work_is_counted_once_per_op_tree(copy_trace) -> None:  # type: ignore[n
         )
 
 
-def test_device_named_once_in_the_trace_gives_the_roofs(copy_trace) -> None:  # type: ignore[no-untyped-def]
+def test_device_named_once_in_the_trace_gives_the_roofs() -> None:  # type: ignore[no-untyped-def]
     """MI300X traces put GPU events on device 5 while deviceProperties lists id 0: the one
     device name the trace records picks the peaks. Its graph-replayed decode step leaves no
     floating-point work under host ops: no model row (no MFU of 0 from index arithmetic)."""
@@ -238,7 +238,7 @@ def test_device_named_once_in_the_trace_gives_the_roofs(copy_trace) -> None:  # 
                "tracelens.json.gz")  # fmt: skip
     if not src.is_file():
         pytest.skip("../shared/traces is absent")
-    with open_traces([copy_trace(src)]) as ts:
+    with open_traces([src]) as ts:
         q = {n: ts.query_dicts(n, trace_id=1) for n in ("op_kernels", "gpu_devices",
                                                         "trace_overview")}  # fmt: skip
     assert [d["device_name"] for d in q["gpu_devices"]] == ["GPU 5"]

@@ -117,11 +117,11 @@ def _stage_rows(src: Path) -> tuple[list[dict], list[dict]]:
 
 @pytest.mark.parametrize(("trace", "structure", "oracle"), CASES)
 def test_structure_stages_equal_the_traces_own_frames_and_markers(
-    trace: Path, structure: str, oracle, copy_trace
+    trace: Path, structure: str, oracle
 ) -> None:
     expected = oracle(trace)
     assert expected, "the trace holds the structure's frames/markers"
-    stages, summary = _stage_rows(copy_trace(trace))
+    stages, summary = _stage_rows(trace)
     assert {s["source"] for s in stages} == {f"inferred:{structure}"}
     got: dict[str, float] = defaultdict(float)
     for s in stages:
@@ -142,7 +142,7 @@ def test_structure_stages_equal_the_traces_own_frames_and_markers(
 
 @pytest.mark.parametrize(("trace", "structure", "oracle"), CASES)
 def test_graph_replayed_kernels_take_the_stage_of_their_launch(
-    trace: Path, structure: str, oracle, copy_trace
+    trace: Path, structure: str, oracle
 ) -> None:
     """Each kernel replayed by a cudaGraphLaunch/hipGraphLaunch (its correlation id; CUDA
     leaves them without an External id, ROCm gives them the launch's) is in the stage whose
@@ -161,7 +161,7 @@ def test_graph_replayed_kernels_take_the_stage_of_their_launch(
         if e.get("cat") == "kernel" and (e.get("args") or {}).get("correlation") in launch_stage
     }
     assert len(expected) > 300 and any(expected.values())
-    with tracekit.open(copy_trace(trace)) as ts:
+    with tracekit.open(trace) as ts:
         got = dict(ts.con.execute(
             "SELECT event_id, stage FROM events WHERE kind = 'kernel' "
             "AND event_id IN (SELECT unnest($ids::BIGINT[]))", {"ids": list(expected)},
@@ -170,12 +170,12 @@ def test_graph_replayed_kernels_take_the_stage_of_their_launch(
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_h100_*.json.gz"))
-def test_traces_without_a_structure_keep_module_inference(trace: Path, copy_trace) -> None:
+def test_traces_without_a_structure_keep_module_inference(trace: Path) -> None:
     """The TraceLens HF traces run the model's forward under a harness, with no pipeline,
     handler or engine frames: their stages stay those of the nn.Module tree."""
     names = {str(e.get("name")) for e in _events(trace) if e.get("cat") == "python_function"}
     assert not any(_frame(n, "transformers/pipelines/", "preprocess") for n in names)
-    stages, _ = _stage_rows(copy_trace(trace))
+    stages, _ = _stage_rows(trace)
     assert stages and all(s["source"].startswith("inferred:modules depth ") for s in stages)
 
 
@@ -231,7 +231,7 @@ def _is_wait(name: str) -> bool:
 
 @pytest.mark.parametrize(("trace", "structure", "oracle"), CASES)
 def test_host_waits_inside_stages_and_graph_share_equal_a_plain_pass(
-    trace: Path, structure: str, oracle, copy_trace
+    trace: Path, structure: str, oracle
 ) -> None:
     """Per stage, the blocking runtime calls on its thread inside its ranges (summed; the
     shared traces' waits do not overlap) and the outermost cpu_op around the largest; the
@@ -259,7 +259,7 @@ def test_host_waits_inside_stages_and_graph_share_equal_a_plain_pass(
                 if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"]}  # fmt: skip
     kernels = [e for _, e in events if e.get("cat") == "kernel"]
     replayed = sum(e["dur"] for e in kernels if e["args"].get("correlation") in launches)
-    with tracekit.open(copy_trace(trace)) as ts:
+    with tracekit.open(trace) as ts:
         got = {r["stage"]: r for r in ts.query("stage_host_waits").to_dicts()}
         graph = ts.query("graph_replay").to_dicts()[0]
     assert set(got) == set(want)
@@ -276,9 +276,7 @@ def test_host_waits_inside_stages_and_graph_share_equal_a_plain_pass(
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_*_sglang_*decode*.json.gz"))
-def test_engine_decode_steps_batch_and_time_per_token_equal_a_plain_pass(
-    trace: Path, copy_trace
-) -> None:
+def test_engine_decode_steps_batch_and_time_per_token_equal_a_plain_pass(trace: Path) -> None:
     """Each step[DECODE bs=N] marker is a decode step of batch N that lasts until the GPU work
     launched inside it (the graph replay) ends: a plain pass over the markers, the runtime
     calls in them and the kernels with those calls' correlation ids."""
@@ -295,7 +293,7 @@ def test_engine_decode_steps_batch_and_time_per_token_equal_a_plain_pass(
                   if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
                   and (e.get("args") or {}).get("correlation") in launches)  # fmt: skip
     batch = int(step["name"].split("bs=")[1].rstrip("]"))
-    with tracekit.open(copy_trace(trace)) as ts:
+    with tracekit.open(trace) as ts:
         rows = ts.query("generation_requests").to_dicts()
     assert len(rows) == 1
     r = rows[0]
