@@ -490,7 +490,8 @@ def build_report_context(
     serving: ServingOptions = NO_SERVING_OPTIONS,
 ) -> ReportContext:
     """Run the report queries over every trace of `ts` and lay out the report (`serving`:
-    --warmup and --slo for a batched server's figures)."""
+    --warmup and --slo for a batched server's figures). A TraceSet over many small stores is
+    first copied into memory (TraceSet.hold_in_memory: the same rows, planned once)."""
     hold = getattr(ts, "hold_in_memory", None)  # ~35 queries: many small stores as one copy
     if hold is not None:
         hold()

@@ -221,8 +221,34 @@ def _truncated(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     may still open and answer from its first blocks. (Not the blocks the header counts:
     DuckDB cuts free blocks off the file's end yet keeps counting them.)"""
     row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchone()
-    if row is not None and path.stat().st_size < int(row[0]) * int(row[1]):
+    if row is not None and _cut_short(path, row[0], row[1]):
         return "it is truncated"
+    return None
+
+
+def _cut_short(path: Path, block_size: int, used_blocks: int) -> bool:
+    return path.stat().st_size < int(block_size) * int(used_blocks)
+
+
+def _content_sql(catalog: str = "") -> str:
+    """What freshness reads of a store, in one statement (see store_problem): its meta key,
+    its traces' count and event_count sum, its events' count."""
+    p = f"{catalog}." if catalog else ""
+    return (
+        f"SELECT (SELECT list([key, value]) FROM {p}meta), (SELECT count(*) FROM {p}traces),"
+        f" (SELECT sum(event_count) FROM {p}traces), (SELECT count(*) FROM {p}events)"
+    )
+
+
+def _content_problem(meta: list[list[str]] | None, n_traces: int, counted: int | None,
+                     events: int, key: dict[str, str]) -> str | None:  # fmt: skip
+    """Why a store's content does not serve the source of `key` ("": stale, the source
+    changed; None: it does)."""
+    held = {k: v for k, v in meta or []}
+    if not all(held.get(k) == v for k, v in key.items()):
+        return ""
+    if n_traces != 1 or counted != events:
+        return "its row counts disagree"
     return None
 
 
@@ -263,15 +289,9 @@ def _open_problem(cache: Path, key: dict[str, str]) -> str | None:
         try:
             why = store_problem(con) or _truncated(con, cache)
             if why is None:
-                meta, *counts = con.execute(  # (one statement: see store_problem)
-                    "SELECT (SELECT list([key, value]) FROM meta), (SELECT count(*) FROM traces),"
-                    " (SELECT sum(event_count) FROM traces), (SELECT count(*) FROM events)"
-                ).fetchone() or (None, None, None, None)
-                rows = {k: v for k, v in meta or []}
-                if not all(rows.get(k) == v for k, v in key.items()):
-                    return ""
-                if counts[0] != 1 or counts[1] != counts[2]:
-                    why = "its row counts disagree"
+                meta, n_traces, counted, events = con.execute(_content_sql()).fetchone() or (
+                    None, 0, None, 0)  # fmt: skip
+                why = _content_problem(meta, n_traces, counted, events, key)
         except duckdb.Error as e:
             why = f"it cannot be read ({first_line(e)})"
         finally:
@@ -300,23 +320,19 @@ def fresh_stores(caches: list[Path], keys: list[dict[str, str]]) -> list[bool]:
         if not attached:
             return fresh
         problems = store_problems(con, list(attached))
-        sizes = {str(db): int(size) * int(blocks) for db, size, blocks in con.execute(
+        blocks = {str(db): (size, used) for db, size, used in con.execute(
             "SELECT database_name, block_size, used_blocks FROM pragma_database_size()"
         ).fetchall()}  # fmt: skip
         ours = [a for a in attached if problems[a] is None
-                and caches[attached[a]].stat().st_size >= sizes.get(a, 0)]  # fmt: skip
+                and not _cut_short(caches[attached[a]], *blocks.get(a, (0, 0)))]  # fmt: skip
         if not ours:
             return fresh
-        rows = con.execute(" UNION ALL ".join(
-            f"SELECT '{a}', (SELECT list([key, value]) FROM {a}.meta),"
-            f" (SELECT count(*) FROM {a}.traces), (SELECT sum(event_count) FROM {a}.traces),"
-            f" (SELECT count(*) FROM {a}.events)" for a in ours
-        )).fetchall()  # fmt: skip
+        rows = con.execute(
+            " UNION ALL ".join(f"SELECT '{a}', * FROM ({_content_sql(a)})" for a in ours)
+        ).fetchall()
         for alias, meta, n_traces, counted, events in rows:
             i = attached[alias]
-            held = {k: v for k, v in meta or []}
-            fresh[i] = (all(held.get(k) == v for k, v in keys[i].items())
-                        and n_traces == 1 and counted == events)  # fmt: skip
+            fresh[i] = _content_problem(meta, n_traces, counted, events, keys[i]) is None
     except (duckdb.Error, OSError):
         return [False] * len(caches)
     finally:

@@ -76,7 +76,7 @@ def _fresh_each(
             keys.append(None)
     checked = [i for i, k in enumerate(keys) if k is not None]
     fresh = fresh_stores([cache_path_for(paths[i]) for i in checked],
-                         [keys[i] or {} for i in checked])  # fmt: skip
+                         [k for k in keys if k is not None])  # fmt: skip
     out = [False] * len(paths)
     for i, ok in zip(checked, fresh, strict=True):
         out[i] = ok
