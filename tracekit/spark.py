@@ -50,26 +50,34 @@ def spark_available() -> str | None:
     return None
 
 
-def local_session(master: str | None = None) -> SparkSession:
+def local_session(
+    master: str | None = None, conf: dict[str, str] | None = None, java_options: str = ""
+) -> SparkSession:
     """A SparkSession for the CLI: TRACEKIT_SPARK_MASTER or local[*], quiet, UTC, small
-    shuffles (the tables of one query are small next to Spark's default 200 partitions)."""
+    shuffles (the tables of one query are small next to Spark's default 200 partitions).
+    `conf` adds Spark settings and `java_options` JVM flags (the driver's JVM starts here)."""
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get(MASTER_ENV) or "local[*]"
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to loopback" warning
     log_conf = files("tracekit").joinpath("spark-log4j2.properties")
-    session = (
+    builder = (
         SparkSession.builder.master(master)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_conf}")
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dlog4j2.configurationFile=file:{log_conf} {java_options}".strip(),
+        )
         .appName("tracekit")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.log.structuredLogging.enabled", "false")
-        .getOrCreate()
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("OFF")
     return session
 
