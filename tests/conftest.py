@@ -21,6 +21,10 @@ if _MADE_RUN_CACHE:
     os.environ[_RUN_CACHE_ENV] = tempfile.mkdtemp(prefix="tracekit-test-cache-")
 TEST_CACHE_DIR = Path(os.environ[_RUN_CACHE_ENV])
 os.environ["TRACEKIT_CACHE_DIR"] = str(TEST_CACHE_DIR)
+# One DuckDB thread a connection: `make test` runs a worker a core, and every core is busy for
+# the whole run, so a second thread a query only adds contention (~11% more CPU on the query
+# tests). tests/test_threads.py holds every query's rows to the same on 1 thread and on 4.
+os.environ.setdefault("TRACEKIT_THREADS", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_TRACES = REPO.parent / "shared" / "traces"

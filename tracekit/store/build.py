@@ -282,7 +282,7 @@ def _open_problem(cache: Path, key: dict[str, str]) -> str | None:
     """Why the store cannot be used (None: it can; "": it is stale)."""
     why = None
     try:
-        con = duckdb.connect(str(cache), read_only=True)
+        con = duckdb.connect(str(cache), read_only=True, config=duckdb_config())
     except duckdb.Error as e:
         why = f"it does not open ({first_line(e)})"
     else:
@@ -305,7 +305,7 @@ def fresh_stores(caches: list[Path], keys: list[dict[str, str]]) -> list[bool]:
     check is one statement for all of them. Any store in doubt is reported stale (its
     ingest then checks it alone, and says why it rebuilds)."""
     fresh = [False] * len(caches)
-    con = duckdb.connect()
+    con = duckdb.connect(config=duckdb_config())
     try:
         attached: dict[str, int] = {}
         for i, store in enumerate(caches):
@@ -351,10 +351,25 @@ def _lock(source: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+THREADS_ENV = "TRACEKIT_THREADS"  # DuckDB threads a connection (default: one a core)
+
+
+def duckdb_config() -> dict[str, str | int]:
+    """Settings every tracekit DuckDB connection gets: TRACEKIT_THREADS, when set, caps its
+    threads (several tracekit processes at once, e.g. one per rank or a test worker per core,
+    then share the cores without each one's threads contending for all of them)."""
+    threads = os.environ.get(THREADS_ENV, "").strip()
+    if not threads:
+        return {}
+    if not threads.isdigit() or int(threads) < 1:
+        raise TracekitError(f"{THREADS_ENV}={threads!r}: not a whole number of threads >= 1")
+    return {"threads": int(threads)}
+
+
 def connect(path: str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection without DuckDB's own progress bar (it would garble ours and the
-    CLI's output on long queries)."""
-    con = duckdb.connect(path, read_only=read_only)
+    CLI's output on long queries), with duckdb_config's settings."""
+    con = duckdb.connect(path, read_only=read_only, config=duckdb_config())
     con.execute("SET enable_progress_bar = false")
     return con
 
