@@ -204,7 +204,7 @@ def test_every_catalogue_query_transpiles_to_spark_sql() -> None:
             assert f":{p.name.upper()}" in text, f"{name}: ${p.name} is not a Spark parameter"
 
 
-@functools.lru_cache(maxsize=None)  # a query runs once per trace; sqlglot takes ~40 ms a text
+@functools.cache  # a query runs once per trace; sqlglot takes ~40 ms a text
 def _expanded_duckdb(sql: str) -> str:
     """DuckDB SQL with tracekit's macro calls expanded (spark_sql's expansion, DuckDB's writer)."""
     import sqlglot

@@ -354,7 +354,7 @@ def _lock(source: Path) -> Iterator[None]:
 THREADS_ENV = "TRACEKIT_THREADS"  # DuckDB threads a connection (default: one a core)
 
 
-def duckdb_config() -> dict[str, str | int]:
+def duckdb_config() -> dict[str, str | bool | int | float | list[str]]:
     """Settings every tracekit DuckDB connection gets: TRACEKIT_THREADS, when set, caps its
     threads (several tracekit processes at once, e.g. one per rank or a test worker per core,
     then share the cores without each one's threads contending for all of them)."""
