@@ -282,7 +282,7 @@ def _open_problem(cache: Path, key: dict[str, str]) -> str | None:
     """Why the store cannot be used (None: it can; "": it is stale)."""
     why = None
     try:
-        con = duckdb.connect(str(cache), read_only=True, config=duckdb_config())
+        con = connect(str(cache), read_only=True)
     except duckdb.Error as e:
         why = f"it does not open ({first_line(e)})"
     else:
@@ -305,7 +305,7 @@ def fresh_stores(caches: list[Path], keys: list[dict[str, str]]) -> list[bool]:
     check is one statement for all of them. Any store in doubt is reported stale (its
     ingest then checks it alone, and says why it rebuilds)."""
     fresh = [False] * len(caches)
-    con = duckdb.connect(config=duckdb_config())
+    con = connect(":memory:")
     try:
         attached: dict[str, int] = {}
         for i, store in enumerate(caches):
