@@ -132,7 +132,10 @@ def test_query_over_every_trace_in_one_statement(tmp_path: Path) -> None:
 
     (ranks,) = _sets(tmp_path)[0]
     with tracekit.open(ranks) as ts:
-        for name in ("top_ops", "timeline_lanes", "request_sizes", "gpu_streams"):
+        # nvtx_gpu_projection says `-- per_trace:`: no one-statement form, run once per trace
+        assert all_queries()["nvtx_gpu_projection"].over_traces() is None
+        for name in ("top_ops", "timeline_lanes", "request_sizes", "gpu_streams",
+                     "nvtx_gpu_projection"):  # fmt: skip
             got = ts.query(name).to_dicts()
             assert got == run_named_query(ts.sql, name, {}).to_dicts(), name
             assert {r["trace_id"] for r in got} == {1, 2, 3}

@@ -14,6 +14,7 @@ GOOD = """-- A file of two blocks.
 -- returns: n
 -- param: $trace_id INTEGER which trace
 -- default: $trace_id 1
+-- per_trace: planned badly over many traces
 -- Counts events.
 SELECT count(*) AS n FROM events WHERE trace_id = $trace_id;
 
@@ -29,6 +30,7 @@ def test_blocks_keep_their_header_and_sql() -> None:
     assert [b.name for b in f.blocks] == ["first", "second"]
     first = f["first"]
     assert first.returns == "n" and first.summary == "Counts events."
+    assert first.per_trace == "planned badly over many traces" and f["second"].per_trace == ""
     assert [(p.name, p.type, p.default) for p in first.params] == [("trace_id", "INTEGER", "1")]
     assert first.sql.startswith("SELECT count(*)") and first.source == "x.sql:2"
     assert f["second"].spliced(table="events") == "SELECT * FROM events;\n"
@@ -48,6 +50,7 @@ def test_blocks_keep_their_header_and_sql() -> None:
         ("-- name: a\n-- param: x INTEGER\nSELECT 1;\n", "x.sql:2", "malformed param"),
         ("-- name: a\nSELECT @t;\n", "x.sql:1", "@t used but not declared"),
         ("-- name: a\n-- splice: @t t\nSELECT 1;\n", "x.sql:1", "@t declared but not used"),
+        ("-- name: a\n-- per_trace:\nSELECT 1;\n", "x.sql:2", "empty per_trace line"),
     ],
 )
 def test_grammar_errors_name_file_and_line(text: str, where: str, message: str) -> None:

@@ -3,21 +3,19 @@
 Oracles: the GPU lanes against an independent pass over the raw file (tests/gpu_oracle.py: its
 kernel, copy and memset intervals, their union here), merged with the rule docs/report.md
 states (busy islands closer than the tolerance, window / px, become one bar); the drawn lanes
-against the JSON report's, as Chromium lays out the page."""
+against the JSON report's, as Chromium lays out the page (tests/test_report_browser.py's
+test_drawn_lanes_equal_the_json_lanes, on the dumps the other browser tests take)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import tracekit
-from tests.conftest import SAMPLE_TRACES, SHARED_TRACES, shared_params
+from tests.conftest import shared_params
 from tests.gpu_oracle import raw_gpu_intervals, union_ns
-from tracekit.report import write_report
 from tracekit.report.timeline import PX
 
 GPU_TRACES = (
@@ -99,67 +97,3 @@ def test_a_lane_stays_small_with_200k_kernels(tmp_path: Path) -> None:
     assert sum(r["merged"] for r in gpu) == 200_000
     assert sum(r["busy_ms"] for r in gpu) == pytest.approx(200.0, abs=1e-6)
     assert len(rows) < 4 * (PX + 1)
-
-
-# ---- the page, as Chromium lays it out
-
-PAGES = [pytest.param(SAMPLE_TRACES, id="sample_traces (a tracekit capture: nsys + Kineto)")] + [
-    pytest.param(SHARED_TRACES / name, id=name, marks=pytest.mark.skipif(
-        not (SHARED_TRACES / name).exists(), reason=f"{SHARED_TRACES} is absent"))
-    for name in ("nsys_2022_gtx1060_concurrent_nvtx.sqlite",
-                 "kineto_h100_vit_nsfw_imgcls_profile_memory_tracelens.json.gz",
-                 "kineto_mi300x_flux.1_xdit_diffusers_pipeline_with_stack_tracelens.json.gz")
-]  # fmt: skip
-SCREEN_PX = 900
-MAX_TIMELINE_PX = 450
-_pages: dict[Path, tuple[Path, dict[str, Any]]] = {}
-
-
-@pytest.fixture(scope="module")
-def pages_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("timeline")
-
-
-def _reports(trace: Path, out: Path) -> tuple[Path, dict[str, Any]]:
-    """The HTML and JSON reports of a trace, written once for both widths."""
-    if trace not in _pages:
-        page = write_report([trace], output=out / f"{trace.name}.html")
-        data = write_report([trace], output=out / f"{trace.name}.json", fmt="json")
-        _pages[trace] = (page, json.loads(data.read_text()))
-    return _pages[trace]
-
-
-@pytest.mark.browser
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
-@pytest.mark.parametrize("width", (1400, 800))
-@pytest.mark.parametrize("trace", PAGES)
-def test_drawn_lanes_equal_the_json_lanes(
-    trace: Path, width: int, tmp_path: Path, pages_dir: Path
-) -> None:
-    from test_report_browser import selfcheck
-
-    page, data = _reports(trace, pages_dir)
-    check, _ = selfcheck(page, width, tmp_path / "profile")
-    for tr in data["traces"]:
-        tl = tr["timeline"]
-        want = [ln for ln in tl["lanes"] if ln["kind"] != "zoom_gpu"]
-        drawn = check["timelines"][f"t{tr['trace_id']}-timeline"]
-        assert len(drawn["lanes"]) == len(want)
-        px_ms = (tl["window_end_ms"] - tl["window_start_ms"]) / tl["px"]
-        by_name = {(d["kind"], d["name"]): d for d in drawn["lanes"]}
-        assert len(by_name) == len(want)
-        for ln in want:
-            d = by_name[(ln["kind"], ln["name"])]
-            assert d["bars"] == len(ln["intervals"])
-            first = min(i["start_ms"] for i in ln["intervals"])
-            last = max(i["end_ms"] for i in ln["intervals"])
-            assert d["first_ms"] == pytest.approx(first, abs=0.01 * px_ms)  # x: 2 decimals
-            assert d["last_ms"] == pytest.approx(last, abs=0.5 * px_ms)  # bars >= 0.5 px
-        if tr["trace_id"] == 1:  # the first trace's picture is in the first 1.5 screens
-            assert drawn["top"] < 1.5 * SCREEN_PX
-        # the figure's height at 1400 px (lanes shown, axis, fold line, legend, note)
-        if width == 1400:
-            assert drawn["height"] <= MAX_TIMELINE_PX
-    zoom = check.get("zoom")
-    if zoom:  # clicking a request zooms to it; clicking it again goes back
-        assert zoom["zoomed"] and "scale(" in zoom["transform"] and zoom["after"] is None

@@ -40,10 +40,12 @@ class NamedQuery:
     params: tuple[Param, ...]
     text: str
     source: str = field(default="", compare=False)
+    per_trace: str = ""  # its `-- per_trace:` line: why it never runs over many traces at once
 
     def over_traces(self, id_type: str = "INTEGER") -> str | None:
-        """This query once for a list of traces, or None (see tracekit.sql.over_traces)."""
-        if "trace_id" not in {p.name for p in self.params}:
+        """This query once for a list of traces, or None (see tracekit.sql.over_traces; None
+        also for a query whose header says `-- per_trace:`)."""
+        if "trace_id" not in {p.name for p in self.params} or self.per_trace:
             return None
         return over_traces(self.text, id_type)
 
@@ -180,7 +182,7 @@ def parse_query(text: str, source: str) -> NamedQuery:
     if "order by" not in sqlfile.code_only(block.sql).lower():
         raise QueryError(f"{source}: every query needs an ORDER BY (deterministic output)")
     return NamedQuery(block.name, block.returns, block.description, block.params,
-                      block.sql, source)  # fmt: skip
+                      block.sql, source, block.per_trace)  # fmt: skip
 
 
 @cache

@@ -8,6 +8,8 @@ A file is a header of comment lines saying what the file is, then named blocks:
     -- default: $trace_id 1                its default
     -- splice: @kind_case text             text the caller splices in (an identifier or a
                                            CASE built from data: never a value)
+    -- per_trace: why                      (queries/) run once per trace, never in the
+                                           one-statement form over many (tracekit.sql.over_traces)
     -- any other comment line              the block's description
     SELECT ...                             the block's SQL, up to the next `-- name:` line
 
@@ -29,7 +31,7 @@ _NAME = re.compile(r"^--\s*name:\s*(.*?)\s*$")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _PARAM_USE = re.compile(r"(?<![\w$:])\$([A-Za-z_]\w*)")
 _SPLICE_USE = re.compile(r"(?<![\w@])@([A-Za-z_]\w*)")
-_KEYS = ("returns", "param", "default", "splice")
+_KEYS = ("returns", "param", "default", "splice", "per_trace")
 
 
 class SqlFileError(Exception):
@@ -56,6 +58,7 @@ class Block:
     splices: tuple[tuple[str, str], ...]  # (name, description)
     source: str  # "file:line" of its `-- name:` line
     summary: str = ""  # the description's first line (what a catalogue lists)
+    per_trace: str = ""  # why the block runs once per trace ("": it may run over many at once)
 
     def spliced(self, **values: str) -> str:
         """The SQL with the given `@name`s replaced (each must be declared; others stay)."""
@@ -135,8 +138,10 @@ def _block(lines: list[str], start: int, end: int, source: str) -> Block:
         if not sep or key not in _KEYS:
             if content:
                 description.append(content)
-        elif key == "returns":
-            meta["returns"] = value
+        elif key in ("returns", "per_trace"):
+            if not value:
+                raise SqlFileError(f"{at}: empty {key} line (want: -- {key}: text)")
+            meta[key] = value
         elif key == "param":
             m = re.fullmatch(r"\$([A-Za-z_]\w*)\s+(\w+)\s*(.*)", value)
             if not m:
@@ -160,7 +165,8 @@ def _block(lines: list[str], start: int, end: int, source: str) -> Block:
         raise SqlFileError(f"{where}: default for undeclared ${extra}")
     params = [Param(p.name, p.type, p.description, defaults.get(p.name)) for p in params]
     return Block(name, sql, meta.get("returns", ""), " ".join(description), tuple(params),
-                 tuple(splices), where, description[0] if description else "")  # fmt: skip
+                 tuple(splices), where, description[0] if description else "",
+                 meta.get("per_trace", ""))  # fmt: skip
 
 
 def _same(where: str, sigil: str, used: set[str], declared: set[str]) -> None:
