@@ -84,6 +84,31 @@ def runs(lake: tuple[Path, Path]) -> list[tuple[str, dict[str, int]]]:
     return out
 
 
+@pytest.fixture(scope="module")
+def duckdb_rows(lake: tuple[Path, Path]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """DuckDB's rows over the traces for every run of `runs` (the oracle of the tests below),
+    keyed by (name, params as JSON)."""
+    with tracekit.open(lake[0]) as t:
+        return {
+            (name, json.dumps(params)): t.query(name, **params).to_dicts()
+            for name, params in runs(lake)
+        }
+
+
+@pytest.fixture(scope="module")
+def richest(
+    duckdb_rows: dict[tuple[str, str], list[dict[str, Any]]],
+) -> dict[str, tuple[dict[str, int], list[dict[str, Any]]]]:
+    """Each named query's run with the most rows on DuckDB (ties: the first): its params and
+    rows."""
+    out: dict[str, tuple[dict[str, int], list[dict[str, Any]]]] = {}
+    for (name, params), rows in duckdb_rows.items():
+        if name not in out or len(rows) > len(out[name][1]):
+            out[name] = (json.loads(params), rows)
+    assert len(out) == len(all_queries())
+    return out
+
+
 # --- comparing results ------------------------------------------------------------------
 
 
@@ -123,12 +148,12 @@ def assert_same_rows(want: list[dict[str, Any]], got: list[dict[str, Any]], what
 # --- DuckDB over the export folder (no Spark needed) --------------------------------------
 
 
-def test_duckdb_reads_an_export_folder_like_the_traces(lake: tuple[Path, Path]) -> None:
-    ranks, pq = lake
-    with tracekit.open(ranks) as traces, tracekit.open(pq) as export:
-        for name, params in runs(lake):
-            want = traces.query(name, **params).to_dicts()
-            got = export.query(name, **params).to_dicts()
+def test_duckdb_reads_an_export_folder_like_the_traces(
+    lake: tuple[Path, Path], duckdb_rows: dict[tuple[str, str], list[dict[str, Any]]]
+) -> None:
+    with tracekit.open(lake[1]) as export:
+        for (name, params), want in duckdb_rows.items():
+            got = export.query(name, **json.loads(params)).to_dicts()
             assert_same_rows(want, got, f"{name} {params}")
 
 
@@ -218,29 +243,31 @@ def _expanded_duckdb(sql: str) -> str:
     )
 
 
-def test_expanded_macros_give_the_macros_rows_on_duckdb(lake: tuple[Path, Path]) -> None:
+def test_expanded_macros_give_the_macros_rows_on_duckdb(
+    lake: tuple[Path, Path],
+    richest: dict[str, tuple[dict[str, int], list[dict[str, Any]]]],
+) -> None:
     """The expansion Spark runs, checked apart from Spark: every named query with its macro
-    calls expanded (and nothing else changed) returns on DuckDB the rows the macros return."""
+    calls expanded (and nothing else changed) returns on DuckDB the rows the macros return,
+    on the trace where it has the most rows (the trace Spark's test compares it on)."""
     pytest.importorskip("sqlglot", reason="the spark extra (sqlglot) is not installed")
     from tracekit.spark_sql import macros
     from tracekit.sql import run_named_query
 
-    ranks, _ = lake
     calling = 0
-    with tracekit.open(ranks) as t:
-        for name, params in runs(lake):
+    with tracekit.open(lake[0]) as t:
+        for name, (params, want) in richest.items():
             text = all_queries()[name].text
             expanded = _expanded_duckdb(text)
             if not any(re.search(rf"\b{m}\s*\(", text) for m in macros()):
                 continue
             calling += 1
             assert not re.search(r"\btk_(?!category_rules\b)\w+\s*\(|query_table", expanded), name
-            want = t.query(name, **params).to_dicts()
             got = run_named_query(
                 lambda sql, p: t.sql(_expanded_duckdb(sql), p), name, params
             ).to_dicts()
             assert_same_rows(want, got, f"{name} {params} expanded")
-    assert calling >= 4 * 8  # the GPU, stage, request and compare queries call macros
+    assert calling >= 20  # 21 of the 47: the GPU, stage, request and compare queries
 
 
 def test_macro_expansion_shapes() -> None:
@@ -319,7 +346,11 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.mark.slow
-def test_every_catalogue_query_on_spark_matches_duckdb(spark: Any, lake: tuple[Path, Path]) -> None:
+def test_every_catalogue_query_on_spark_matches_duckdb(
+    spark: Any,
+    lake: tuple[Path, Path],
+    richest: dict[str, tuple[dict[str, int], list[dict[str, Any]]]],
+) -> None:
     """Every named query: the same rows on Spark over the export as on DuckDB over the
     traces, on the trace where DuckDB gives it the most rows (ties: the first), so each
     query's translation is compared on its fullest result. (Every query on every trace was
@@ -329,14 +360,7 @@ def test_every_catalogue_query_on_spark_matches_duckdb(spark: Any, lake: tuple[P
     within float tolerance."""
     from tracekit.spark import open_spark
 
-    ranks, pq = lake
-    with tracekit.open(ranks) as duck, open_spark([pq], spark=spark) as sp:
-        richest: dict[str, tuple[dict[str, int], list[dict[str, Any]]]] = {}
-        for name, params in runs(lake):
-            rows = duck.query(name, **params).to_dicts()
-            if name not in richest or len(rows) > len(richest[name][1]):
-                richest[name] = (params, rows)
-        assert len(richest) == len(all_queries())
+    with open_spark([lake[1]], spark=spark) as sp:
         for name, (params, want) in richest.items():
             got = sp.query(name, **params).to_dicts()
             assert_same_rows(want, got, f"{name} {params}")
