@@ -245,15 +245,15 @@ def test_hostile_names_render_as_text(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("trace", shared_params("kineto_*.json.gz"))
-def test_report_renders_on_shared_kineto(trace: Path, tmp_path: Path) -> None:
-    """The JSON report written end to end (the trace opened in place: its store is the run's),
-    HTML and md rendered from one context; GPU busy and kernel counts against the store."""
-    out = write_report([trace], output=tmp_path / "r.json", fmt="json")
-    data = json.loads(out.read_text())
+def test_report_renders_on_shared_kineto(trace: Path) -> None:
+    """JSON, HTML and md rendered from one context (the trace opened in place: its store is
+    the run's; tests/test_report_browser.py writes each one's HTML end to end); GPU busy and
+    kernel counts against the store."""
     with tracekit.open(trace) as t:
         kernels = t.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"][0]
         busy = t.query("gpu_utilization").filter(scope="trace")["busy_ms"][0]
         ctx = build_report_context(t, [trace])
+    data = json.loads(render_json(ctx))
     assert render_html(ctx).startswith("<!DOCTYPE html>") and render_md(ctx).startswith("# ")
     assert data["traces"][0]["gpu"]["busy_ms"] == pytest.approx(busy, abs=1e-6)
     assert sum(k["count"] for k in data["traces"][0]["top_kernels"]) <= kernels
