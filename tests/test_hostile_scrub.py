@@ -114,14 +114,17 @@ def oracle_env(path: Path) -> tuple[dict[bytes, bytes], bytes]:
     raw = path.read_bytes()
     doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     stack: list[tuple[Any, bool]] = [(doc, False)]
+    env_key: dict[str, bool] = {}  # JSON keys repeat (ph, ts, args...): one search per key
     while stack:
         node, in_env = stack.pop()
         if isinstance(node, dict):
             for k, v in node.items():
-                if isinstance(v, str) and (in_env or re.search("env", str(k), re.I)):
-                    env[str(k).encode()] = v.encode("utf-8", "surrogatepass")
+                if k not in env_key:
+                    env_key[k] = bool(re.search("env", k, re.I))
+                if isinstance(v, str) and (in_env or env_key[k]):
+                    env[k.encode()] = v.encode("utf-8", "surrogatepass")
                 else:
-                    stack.append((v, in_env or bool(re.search("env", str(k), re.I))))
+                    stack.append((v, in_env or env_key[k]))
         elif isinstance(node, list):
             stack.extend((v, in_env) for v in node)
         elif isinstance(node, str):
