@@ -4,6 +4,7 @@ vocabulary's regexes, and the kernels replayed from graphs to the stage of their
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tracekit.structures import builtin_structures, parse_structures
 Range = tuple[int, float, float, object, object]  # (event index, start µs, end µs, pid, tid)
 
 
+@functools.cache  # the tests of a trace read it several times (~1 s a parse); none writes it
 def _events(path: Path) -> list[dict]:
     doc = load(path)
     return doc["traceEvents"] if isinstance(doc, dict) else doc
