@@ -82,13 +82,14 @@ class Chromium:
         return json.loads(raw)  # type: ignore[no-any-return]
 
     def call(self, method: str, params: dict[str, Any] | None = None,
-             session: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """Send a command and wait for its reply; events read meanwhile are kept."""
+             session: str | None = None, may_fail: bool = False) -> dict[str, Any]:  # fmt: skip
+        """Send a command and wait for its reply ({} for an error it `may_fail` with); events
+        read meanwhile are kept."""
         wanted = self._send(method, params, session)
         while True:
             msg = self._read()
             if msg.get("id") == wanted:
-                assert "error" not in msg, (method, msg["error"])
+                assert may_fail or "error" not in msg, (method, msg["error"])
                 return msg.get("result", {})  # type: ignore[no-any-return]
             if "method" in msg:
                 self._events.append(msg)
@@ -115,7 +116,16 @@ class Chromium:
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=session)
         self.call("Page.navigate", {"url": url}, session=session)
-        self._event("Page.loadEventFired", session)
+        # The tab's first document (about:blank) may fire its load event after Page.enable:
+        # a load counts once the document is the page's and complete (asked while the page
+        # replaces about:blank, the question fails: "execution context destroyed").
+        loaded = "document.readyState === 'complete' && location.href !== 'about:blank'"
+        while True:
+            self._event("Page.loadEventFired", session)
+            reply = self.call("Runtime.evaluate", {"expression": loaded, "returnByValue": True},
+                              session=session, may_fail=True)  # fmt: skip
+            if reply.get("result", {}).get("value"):
+                break
         value = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
                           session=session)["result"].get("value")  # fmt: skip
         self.call("Target.closeTarget", {"targetId": target})
