@@ -49,11 +49,21 @@ def blocks(text: str) -> list[Block]:
     return found
 
 
+# tracekit capture's notice when nsys failed before the program ran (seen on a loaded machine:
+# nsys's process waiter, "sem_open ... No such file or directory") and the run was done again
+NSYS_RETRY = "tracekit: nsys could not start the program (see its message above); ran it again"
+
+
 def run(block: Block, cwd: Path) -> tuple[int, str]:
-    """Run one command as a user would, in `cwd`; (exit code, output as the README shows it)."""
+    """Run one command as a user would, in `cwd`; (exit code, output as the README shows it).
+    A capture that tracekit ran again because nsys could not start the program is its second
+    run's output: nsys's failure message and the notice, printed before it, are left out."""
     res = subprocess.run(block.command, shell=True, cwd=cwd, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, timeout=900)  # fmt: skip
     lines = res.stdout.rstrip("\n").splitlines()
+    retried = [i for i, line in enumerate(lines) if line.strip() == NSYS_RETRY]
+    if retried:
+        lines = lines[retried[0] + 1 :]
     if block.head is not None:
         lines = lines[: block.head]
     return res.returncode, "".join(line.rstrip() + "\n" for line in lines)
