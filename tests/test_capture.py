@@ -237,3 +237,20 @@ def test_a_failed_start_is_run_again_only_when_the_program_left_nothing(tmp_path
     (attributes / "attributes-1.jsonl").unlink()
     run.torch_trace.write_text("{}")  # type: ignore[union-attr]
     assert _program_ran(run)
+
+
+def test_probe_tells_torch_and_cuda_without_importing_a_cpu_torch() -> None:
+    """The plan's probe equals what importing torch says, and imports it only where CUDA could
+    be available (a CUDA/ROCm build of torch and a GPU device node): ~2 s a capture otherwise."""
+    from tracekit.capture.plan import PROBE
+
+    oracle = json.loads(procs.run(
+        [sys.executable, "-c", "import json, torch; print(json.dumps([torch.__version__, "
+         "torch.cuda.is_available(), bool(torch.version.cuda or torch.version.hip)]))"],
+        capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    out = procs.run([sys.executable, "-c", PROBE + "print('torch' in sys.modules)"],
+                    capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    probe = json.loads(out[0].removeprefix("TRACEKIT_PROBE "))
+    assert (probe["torch"], probe["cuda"]) == (oracle[0], oracle[1])
+    gpu_nodes = any(re.fullmatch(r"nvidia\d+|dxg|kfd", n) for n in os.listdir("/dev"))
+    assert out[1] == str(bool(oracle[2] and gpu_nodes))

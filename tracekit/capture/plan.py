@@ -32,8 +32,11 @@ _PYTHON = re.compile(r"^(python|pypy)(\d+(\.\d+)*)?$")
 _FLAGS_NO_ARG = {"-u", "-O", "-OO", "-B", "-s", "-S", "-E", "-I", "-q", "-b", "-bb", "-P"}
 _FLAGS_ARG = {"-X", "-W"}
 
+# Run by the command's interpreter. Importing torch costs ~2 s of CPU, so it is imported only
+# where CUDA could be available: a torch built for CUDA or ROCm (its version.py, read as text)
+# on a machine with a GPU device node. Elsewhere torch.cuda.is_available() is False.
 PROBE = r"""
-import json, platform, sys
+import ast, glob, importlib.util, json, os, platform, sys
 info = {"python": platform.python_version(), "executable": sys.executable, "torch": None,
         "cuda": False, "devices": [], "nvtx": None}
 try:
@@ -41,18 +44,35 @@ try:
     info["nvtx"] = version("nvtx")
 except Exception:
     pass
+build = {}
 try:
-    import torch
-    info["torch"] = torch.__version__
-    info["cuda"] = bool(torch.cuda.is_available())
-    for i in range(torch.cuda.device_count() if info["cuda"] else 0):
-        p = torch.cuda.get_device_properties(i)
-        info["devices"].append({"id": i, "name": p.name, "memory_bytes": p.total_memory})
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.submodule_search_locations:
+        path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+        for node in ast.parse(open(path).read()).body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            if isinstance(target, ast.Name) and getattr(node, "value", None) is not None:
+                try:
+                    build[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
 except Exception:
-    pass
+    build = {}
+nodes = glob.glob("/dev/nvidia[0-9]*") + glob.glob("/dev/dxg") + glob.glob("/dev/kfd")
+if "__version__" in build and not ((build.get("cuda") or build.get("hip")) and nodes):
+    info["torch"] = str(build["__version__"])
+else:
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["cuda"] = bool(torch.cuda.is_available())
+        for i in range(torch.cuda.device_count() if info["cuda"] else 0):
+            p = torch.cuda.get_device_properties(i)
+            info["devices"].append({"id": i, "name": p.name, "memory_bytes": p.total_memory})
+    except Exception:
+        pass
 print("TRACEKIT_PROBE " + json.dumps(info))
 """
-
 
 @dataclass(frozen=True)
 class CaptureOptions:
