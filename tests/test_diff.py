@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from collections import defaultdict
@@ -16,6 +15,7 @@ from click.testing import CliRunner
 import tracekit
 from tests import procs, shape_work
 from tests.conftest import SHARED_TRACES
+from tests.kineto_oracle import load
 from tests.latency_oracle import oracle_steps
 from tracekit.cli import main
 from tracekit.compare.diff import diff_runs
@@ -34,7 +34,7 @@ def hta_pair() -> tuple[Path, Path]:
 
 def json_calls(path: Path, cat: str, with_shape: bool) -> dict[tuple[str, str], list[float]]:
     """Durations (ms) per (name, shape) of complete events of `cat`, with Python's json module."""
-    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = load(path)
     calls: dict[tuple[str, str], list[float]] = defaultdict(list)
     for e in doc["traceEvents"]:
         if e.get("ph") != "X" or str(e.get("cat", "")).lower() != cat:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from conftest import shared_params
-from kineto_oracle import load
 
 import tracekit
+from tests.kineto_oracle import load
 from tracekit.report.context import build_report_context
 from tracekit.report.figures import rounded
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 from conftest import shared_params
-from latency_oracle import oracle_steps
 
 import tracekit
+from tests.latency_oracle import oracle_steps
 from tracekit.report.context import build_report_context
 from tracekit.report.render import render_json, render_md
 

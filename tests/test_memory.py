@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLE_TRACES, SHARED_TRACES
-from kineto_oracle import load
 
 import tracekit
+from tests.kineto_oracle import load
 from tracekit.report.context import build_report_context
 
 MEMORY_TRACE = SHARED_TRACES / "kineto_h100_vit_nsfw_imgcls_profile_memory_tracelens.json.gz"

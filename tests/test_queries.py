@@ -3,27 +3,23 @@ computations: plain Python over the JSON file (json module), never the queries t
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 import tracekit
 from tests.conftest import shared_params
+from tests.kineto_oracle import load
 from tests.synth_kineto import generate
 from tracekit.sql import all_queries
 
 GPU_CATS = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"}
 
 
-@lru_cache(maxsize=1)  # a test reads its trace's events twice; the last trace's stay in memory
 def _events(path: Path) -> list[dict]:
-    raw = path.read_bytes()
-    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    doc = load(path)
     evs = doc["traceEvents"] if isinstance(doc, dict) else doc
     return [e for e in evs if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
 

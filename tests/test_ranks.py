@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLE_TRACES, SHARED_TRACES
-from gpu_oracle import raw_gpu_intervals, union_ns
 
 import tracekit
+from tests.gpu_oracle import raw_gpu_intervals, union_ns
 from tracekit.report.context import build_report_context
 from tracekit.report.render import render
 

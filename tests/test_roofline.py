@@ -8,7 +8,6 @@ correlation id to its launching runtime call inside the op's interval on the op'
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 from collections import Counter
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import shared_params
+from tests.kineto_oracle import load
 from tracekit.op_work import op_work
 from tracekit.roofline import analyze, modeled_calls
 from tracekit.store.traceset import open_traces
@@ -27,8 +27,7 @@ SIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int":
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    raw = path.read_bytes()
-    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    doc = load(path)
     return doc["traceEvents"] if isinstance(doc, dict) else doc
 
 

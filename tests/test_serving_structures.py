@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from conftest import shared_params, shared_traces
-from kineto_oracle import load
 
 import tracekit
+from tests.kineto_oracle import load
 from tracekit.errors import ConfigError
 from tracekit.structures import builtin_structures, parse_structures
 
