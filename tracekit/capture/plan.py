@@ -50,7 +50,10 @@ try:
     if spec is not None and spec.submodule_search_locations:
         path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
         for node in ast.parse(open(path).read()).body:
-            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            if isinstance(node, ast.Assign):
+                target = node.targets[0]
+            else:
+                target = getattr(node, "target", None)
             if isinstance(target, ast.Name) and getattr(node, "value", None) is not None:
                 try:
                     build[target.id] = ast.literal_eval(node.value)
