@@ -77,6 +77,7 @@ else:
 print("TRACEKIT_PROBE " + json.dumps(info))
 """
 
+
 @dataclass(frozen=True)
 class CaptureOptions:
     command: tuple[str, ...]
