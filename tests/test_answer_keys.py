@@ -21,7 +21,7 @@ from verdict_checks import contradictions
 
 import tracekit
 from tracekit.report.context import build_report_context
-from tracekit.report.render import render_json, render_md
+from tracekit.report.render import render_html, render_json, render_md
 
 KEYS = sorted((REPO / "tests" / "answer_keys").glob("*.toml"))
 
@@ -50,8 +50,18 @@ def test_report_matches_its_answer_key(key_file: Path, tmp_path: Path) -> None:
     src = SHARED_TRACES / key["trace"]  # read only: its store is built once per run
     with tracekit.open(src) as ts:
         ctx = build_report_context(ts, [src])
+        if src.name.startswith("kineto_") and src.is_file():  # one Kineto trace: the store's
+            kernels = ts.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"][0]
+            busy = ts.query("gpu_utilization").filter(scope="trace")["busy_ms"][0]
     doc = json.loads(render_json(ctx))
     md = render_md(ctx)
+    # The three formats from one context (tests/test_report_browser.py writes each shared
+    # trace's HTML end to end and reads it in Chromium).
+    assert render_html(ctx).startswith("<!DOCTYPE html>") and md.startswith("# ")
+    assert {f["format"] for f in doc["traces"]} == {"nsys" if src.suffix == ".sqlite" else "kineto"}
+    if src.name.startswith("kineto_") and src.is_file():  # GPU busy and kernel counts
+        assert doc["traces"][0]["gpu"]["busy_ms"] == pytest.approx(busy, abs=1e-6)
+        assert sum(k["count"] for k in doc["traces"][0]["top_kernels"]) <= kernels
     figs = doc["traces"]
     member = key.get("member")
     fig = next(f for f in figs if not member or Path(f["file"]).name == member)

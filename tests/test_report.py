@@ -14,7 +14,7 @@ import pytest
 
 import tracekit
 from tests import procs
-from tests.conftest import REPO, shared_params
+from tests.conftest import REPO
 from tests.synth_kineto import generate
 from tracekit.report import write_report
 from tracekit.report.context import build_report_context
@@ -242,29 +242,6 @@ def test_hostile_names_render_as_text(tmp_path: Path) -> None:
     assert not re.search(r"""(src|href)=["']?https?:""", html)
     md = render_md(ctx)
     assert "</script>" not in md and "\\<img" in md
-
-
-@pytest.mark.parametrize("trace", shared_params("kineto_*.json.gz"))
-def test_report_renders_on_shared_kineto(trace: Path) -> None:
-    """JSON, HTML and md rendered from one context (the trace opened in place: its store is
-    the run's; tests/test_report_browser.py writes each one's HTML end to end); GPU busy and
-    kernel counts against the store."""
-    with tracekit.open(trace) as t:
-        kernels = t.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"][0]
-        busy = t.query("gpu_utilization").filter(scope="trace")["busy_ms"][0]
-        ctx = build_report_context(t, [trace])
-    data = json.loads(render_json(ctx))
-    assert render_html(ctx).startswith("<!DOCTYPE html>") and render_md(ctx).startswith("# ")
-    assert data["traces"][0]["gpu"]["busy_ms"] == pytest.approx(busy, abs=1e-6)
-    assert sum(k["count"] for k in data["traces"][0]["top_kernels"]) <= kernels
-
-
-@pytest.mark.nsys
-@pytest.mark.skipif(not HAS_NSYS_INGEST, reason="tracekit.ingest.nsys not written yet")
-@pytest.mark.parametrize("trace", shared_params("nsys_*.sqlite"))
-def test_report_renders_on_shared_nsys(trace: Path, tmp_path: Path) -> None:
-    out = write_report([trace], output=tmp_path / "r.json", fmt="json")
-    assert json.loads(out.read_text())["traces"][0]["format"] == "nsys"
 
 
 def test_large_request_counts_are_binned(tmp_path: Path) -> None:
