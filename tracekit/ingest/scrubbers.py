@@ -445,14 +445,22 @@ def _object_hook(scrub: _Scrubber, opt: ScrubOptions, removed: Counter[str]) -> 
     """Scrubs each object as the parser builds it: keys, string values, lists of strings;
     string values under secret-named keys and env-named keys redacted."""
 
+    # What a string under each key becomes depends on the key alone, and a trace repeats a
+    # handful of keys millions of times: (secret-named, env-named) decided once per key.
+    rules: dict[str, tuple[bool, bool]] = {}
+
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         obj = {}
         for k, v in pairs:
             if isinstance(v, str):
-                if is_secret_key(k) and v and v != REDACTED:
+                rule = rules.get(k)
+                if rule is None:
+                    env = not opt.keep_env and _ENV_KEYS.fullmatch(k) is not None
+                    rule = rules[k] = (is_secret_key(k), env)
+                if rule[0] and v and v != REDACTED:
                     removed["secret-named keys"] += 1
                     v = REDACTED
-                elif not opt.keep_env and _ENV_KEYS.fullmatch(k):
+                elif rule[1]:
                     removed["env"] += 1
                     v = ""
                 else:
