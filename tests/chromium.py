@@ -18,11 +18,10 @@ import os
 import select
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
-from tests.procs import HARD_CAP_S, STALL_S, _kill_tree, _tree_cpu
+from tests.procs import ProgressWatch, kill_tree
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -63,21 +62,15 @@ class Chromium:
 
     def _read(self) -> dict[str, Any]:
         """The next message, waiting while the browser's process tree makes progress."""
-        started = last_change = time.monotonic()
-        seen = _tree_cpu()
+        watch = ProgressWatch(self.proc)
         while b"\0" not in self._buffer:
             ready, _, _ = select.select([self._res_r], [], [], 1.0)
             if ready:
                 chunk = os.read(self._res_r, 1 << 20)
                 assert chunk, f"chromium exited ({self.proc.poll()})"
                 self._buffer += chunk
-                continue
-            now, tree = time.monotonic(), _tree_cpu()
-            if tree != seen:
-                seen, last_change = tree, now
-            if now - last_change > STALL_S or now - started > HARD_CAP_S:
-                _kill_tree(self.proc)
-                raise AssertionError(f"chromium: no CPU progress for {STALL_S:.0f} s: hung")
+            else:
+                watch.check()
         raw, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(raw)  # type: ignore[no-any-return]
 
@@ -138,7 +131,7 @@ class Chromium:
             self._send("Browser.close")
             self.proc.wait(timeout=60)
         except (OSError, subprocess.TimeoutExpired):
-            _kill_tree(self.proc)
+            kill_tree(self.proc)
         finally:
             os.close(self._cmd_w)
             os.close(self._res_r)

@@ -47,29 +47,42 @@ def _tree_cpu() -> dict[int, int]:
     return out
 
 
+class ProgressWatch:
+    """Fails the test, killing `proc`'s tree, once nothing in this test's process tree has used
+    CPU for `stall_s` seconds or the wait has passed HARD_CAP_S. Call `check()` about once a
+    second while waiting on the child (its output, its exit, a reply from it)."""
+
+    def __init__(self, proc: subprocess.Popen[Any], stall_s: float = STALL_S) -> None:
+        self.proc, self.stall_s = proc, stall_s
+        self.started = self.last_change = time.monotonic()
+        self.seen = _tree_cpu()
+
+    def check(self) -> None:
+        now, tree = time.monotonic(), _tree_cpu()
+        if tree != self.seen:
+            self.seen, self.last_change = tree, now
+        stalled = now - self.last_change > self.stall_s
+        if stalled or now - self.started > HARD_CAP_S:
+            kill_tree(self.proc)
+            self.proc.communicate()
+            why = f"no CPU progress for {self.stall_s:.0f} s" if stalled else "over the hard cap"
+            raise AssertionError(f"{self.proc.args!r}: {why}: hung") from None
+
+
 def communicate(
     proc: subprocess.Popen[Any], input: Any = None, stall_s: float = STALL_S
 ) -> tuple[Any, Any]:
     """proc.communicate(), failing the test only when the process tree makes no progress."""
-    started = last_change = time.monotonic()
-    seen = _tree_cpu()
+    watch = ProgressWatch(proc, stall_s)
     while True:
         try:
             return proc.communicate(input, timeout=1.0)
         except subprocess.TimeoutExpired:
-            now = time.monotonic()
-            tree = _tree_cpu()
-            if tree != seen:
-                seen, last_change = tree, now
-            stalled = now - last_change > stall_s
-            if stalled or now - started > HARD_CAP_S:
-                _kill_tree(proc)
-                proc.communicate()
-                why = f"no CPU progress for {stall_s:.0f} s" if stalled else "over the hard cap"
-                raise AssertionError(f"{proc.args!r}: {why}: hung") from None
+            watch.check()
 
 
-def _kill_tree(proc: subprocess.Popen[Any]) -> None:
+def kill_tree(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL to every descendant of this process, then to `proc`."""
     for pid in sorted(_tree_cpu(), reverse=True):
         try:
             os.kill(pid, signal.SIGKILL)
