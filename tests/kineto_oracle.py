@@ -9,7 +9,7 @@ import gzip
 import json
 import math
 from collections import Counter, defaultdict
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 CAT_TO_KIND = {
@@ -21,7 +21,6 @@ CAT_TO_KIND = {
 }  # fmt: skip
 
 
-@lru_cache(maxsize=1)  # modules group their tests by trace (parametrize scope="module"): read-only
 @cache  # every caller only reads the document; all the shared ones together are ~600 MB
 def load(path: Path) -> dict | list:
     """The trace's JSON document, parsed once per test process (tests of several modules and

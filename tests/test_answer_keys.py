@@ -48,9 +48,10 @@ def test_every_shared_trace_has_a_key() -> None:
 def test_report_matches_its_answer_key(key_file: Path, tmp_path: Path) -> None:
     key = tomllib.loads(key_file.read_text())
     src = SHARED_TRACES / key["trace"]  # read only: its store is built once per run
+    one_kineto_file = src.name.startswith("kineto_") and src.is_file()
     with tracekit.open(src) as ts:
         ctx = build_report_context(ts, [src])
-        if src.name.startswith("kineto_") and src.is_file():  # one Kineto trace: the store's
+        if one_kineto_file:  # the store's kernel count and GPU busy, for the report's
             kernels = ts.sql("SELECT count(*) AS n FROM events WHERE kind = 'kernel'")["n"][0]
             busy = ts.query("gpu_utilization").filter(scope="trace")["busy_ms"][0]
     doc = json.loads(render_json(ctx))
@@ -59,7 +60,7 @@ def test_report_matches_its_answer_key(key_file: Path, tmp_path: Path) -> None:
     # trace's HTML end to end and reads it in Chromium).
     assert render_html(ctx).startswith("<!DOCTYPE html>") and md.startswith("# ")
     assert {f["format"] for f in doc["traces"]} == {"nsys" if src.suffix == ".sqlite" else "kineto"}
-    if src.name.startswith("kineto_") and src.is_file():  # GPU busy and kernel counts
+    if one_kineto_file:
         assert doc["traces"][0]["gpu"]["busy_ms"] == pytest.approx(busy, abs=1e-6)
         assert sum(k["count"] for k in doc["traces"][0]["top_kernels"]) <= kernels
     figs = doc["traces"]

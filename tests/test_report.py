@@ -3,7 +3,6 @@ hostile names, and a headless-Chromium check of the HTML."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -27,7 +26,6 @@ HOSTILE = {
     "model_forward": '"><img src=x onerror=alert(1)>',
     "sm80_gemm_kernel": "gemm<T> & co",
 }
-HAS_NSYS_INGEST = importlib.util.find_spec("tracekit.ingest.nsys") is not None
 
 
 # ---- findings: small hand-made inputs ----
