@@ -147,3 +147,35 @@ def test_a_graph_replayed_kernel_is_classified_by_its_name() -> None:
     )
     got = con.execute("SELECT event_id, category FROM tk_gpu_activity(1) ORDER BY 1").fetchall()
     assert got == [(3, "GEMM"), (4, "attention")]
+
+
+def test_constant_pattern_rules_match_as_the_table_rows_do() -> None:
+    """tk_rule_matches, redefined by install with each rule's pattern as a constant, answers
+    what regexp_matches answers on the tk_category_rules row: for every rule and name here,
+    patterns with quotes, backslashes and case folding included."""
+    from tracekit.categories import CategoryRule, builtin_rules
+
+    odd = [
+        CategoryRule("quoted", "kernel", r"^it's_\d+"),
+        CategoryRule("folded", "op", r"(?-i:^Exact)|\bMIXED\b"),
+    ]
+    con = duckdb.connect()
+    create_schema(con)
+    install(con, odd + list(builtin_rules()))
+    names = [
+        "it's_42", "IT'S_7", "Exact", "exact", "a mixed one", "ncclDevKernel_SendRecv(x)",
+        "void at::native::vectorized_layer_norm_kernel<float>(int)", "aten::bmm", "",
+    ]  # fmt: skip
+    con.execute("CREATE TABLE names AS SELECT unnest(?::VARCHAR[]) AS text", [names])
+    got = con.execute(
+        "SELECT text, priority, tk_rule_matches(text, priority, pattern) AS hit,"
+        " regexp_matches(text, pattern, 'i') AS want FROM names, tk_category_rules"
+    ).fetchall()
+    assert len(got) == len(names) * (len(odd) + len(builtin_rules()))
+    (body,) = con.execute(
+        "SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'tk_rule_matches'"
+    ).fetchone() or (None,)
+    assert "'^it''s_\\d+'" in body  # the constant form is what answered
+    assert [r for r in got if r[2] != r[3]] == []
+    odd_hits = {r[0] for r in got if r[1] < len(odd) and r[2]}
+    assert odd_hits == {"it's_42", "IT'S_7", "Exact", "a mixed one"}

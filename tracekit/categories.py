@@ -18,7 +18,7 @@ import duckdb
 
 from tracekit.config import read_config
 from tracekit.errors import ConfigError
-from tracekit.store.literals import row_literal
+from tracekit.store.literals import row_literal, string_literal
 
 
 @dataclass(frozen=True)
@@ -92,3 +92,18 @@ def install(con: duckdb.DuckDBPyConnection, rules: list[CategoryRule] | None = N
             row_literal((i, r.category, r.target, r.pattern)) for i, r in enumerate(rules)
         )
         con.execute(f"INSERT INTO tk_category_rules VALUES {rows}")
+        con.execute(rule_matches_macro(rules))
+
+
+def rule_matches_macro(rules: list[CategoryRule]) -> str:
+    """tracekit/macros.sql's tk_rule_matches with each rule's pattern a constant (DuckDB
+    compiles a constant pattern once a query, one read from tk_category_rules once a row).
+    The ELSE branch is the macro's own definition, for rows the rules given here do not hold."""
+    branches = "".join(
+        f"\n    WHEN {i} THEN regexp_matches(text, {string_literal(r.pattern)}, 'i')"
+        for i, r in enumerate(rules)
+    )
+    return (
+        "CREATE OR REPLACE TEMP MACRO tk_rule_matches(text, priority, pattern) AS\n"
+        f"CASE priority{branches}\n    ELSE regexp_matches(text, pattern, 'i') END"
+    )

@@ -224,6 +224,17 @@ CREATE TEMP TABLE IF NOT EXISTS tk_category_rules (
     priority INTEGER, category VARCHAR, target VARCHAR, pattern VARCHAR
 );
 
+-- name: tk_rule_matches
+-- returns: BOOLEAN
+-- Whether the category rule `priority` (its `pattern`, RE2, case-insensitive) matches `text`.
+-- tk_rule_matches(text, priority, pattern) -> BOOLEAN: regexp_matches(text, pattern, 'i').
+-- tracekit.categories.install redefines it on each DuckDB connection with one CASE branch a
+-- rule, its pattern a constant: DuckDB compiles a constant pattern once a query but a pattern
+-- read from a row at every row (~40 µs for these patterns), which was most of the time of
+-- tk_gpu_activity (names x rules compilations at each call). The same answer either way.
+CREATE OR REPLACE TEMP MACRO tk_rule_matches(text, priority, pattern) AS
+regexp_matches(text, pattern, 'i');
+
 -- name: tk_gpu_activity
 -- returns: one row per kernel/memcpy/memset
 -- Every GPU activity of a trace with short_name, device (-1 if none), stream, times, stage, request_id, op (launching host op), direction and its one category.
@@ -250,15 +261,15 @@ WITH graph_launch AS (  -- runtime calls that replay a CUDA/HIP graph
     SELECT DISTINCT name, CASE WHEN NOT graph_replayed THEN op END AS op
     FROM with_op WHERE kind = 'kernel'
 ), name_hits AS (  -- each rule runs once per distinct kernel name and once per distinct op,
-    -- not per (name, op) pair: a pattern from a table is compiled at every call (~50 µs), and
-    -- 2,000 names under 37 ops made 74k pairs x 11 rules, 21 s
+    -- not per (name, op) pair: 2,000 names under 37 ops made 74k pairs x 11 rules
     SELECT n.name, r.category, r.priority
     FROM (SELECT DISTINCT name FROM kinds) n JOIN tk_category_rules r
-      ON r.target = 'kernel' AND regexp_matches(tk_kernel_signature(n.name), r.pattern, 'i')
+      ON r.target = 'kernel'
+     AND tk_rule_matches(tk_kernel_signature(n.name), r.priority, r.pattern)
 ), op_hits AS (
     SELECT o.op, r.category, r.priority
     FROM (SELECT DISTINCT op FROM kinds WHERE op IS NOT NULL) o JOIN tk_category_rules r
-      ON r.target = 'op' AND regexp_matches(o.op, r.pattern, 'i')
+      ON r.target = 'op' AND tk_rule_matches(o.op, r.priority, r.pattern)
 ), cat AS (
     SELECT name, op, arg_min(category, priority) AS category
     FROM (SELECT k.name, k.op, h.category, h.priority
