@@ -406,17 +406,20 @@ def open_traces(
     traces, stores = resolve_inputs(paths)
     ingests = ingest_many(traces, stage_rules, refresh, workers)
     store_files = [r.store for r in ingests] + stores
+    # The caches ensure_trace_store just checked or built (store_problem, key, row counts) are
+    # not checked again: with many ranks that second pass was ~15% of a warm report, and
+    # ~27 ms of every one-trace open. A store file given by the user is checked here.
+    checked = {r.store for r in ingests}
     if len(store_files) == 1 and not is_export_dir(store_files[0]):
         try:
             con = connect(str(store_files[0]), read_only=read_only)
         except duckdb.Error as e:
             raise StoreError(f"{store_files[0]}: cannot open store ({_first_line(e)})") from None
-        _check_store(con, store_files[0])
+        if store_files[0] not in checked:
+            _check_store(con, store_files[0])
         return TraceSet(con, traces or stores, ingests)
     con = connect(":memory:")
-    # the caches ensure_trace_store just checked (store_problem, key, row counts) are not
-    # checked again on attach: with many ranks that second pass was ~15% of a warm report
-    _attach_union(con, store_files, checked={r.store for r in ingests})
+    _attach_union(con, store_files, checked=checked)
     return TraceSet(con, traces + stores, ingests, len(store_files))
 
 
