@@ -136,15 +136,26 @@ def check_percentiles(trace: Path, log: dict) -> None:
         else:
             close = sum(abs(t - o) <= tolerance(o) for t, o in pairs) / len(pairs)
             assert close >= 0.9, (trace.name, part, close, pairs)
-    # p50 and p99 against the server's printed figures (its summary)
+    # p50 and p99 against the server's printed figures (its summary), within what the request
+    # pairs allow: moving each value by at most the bar moves every order statistic by at most
+    # the bar, and moving k values further moves its rank by at most k. TTFT and TPOT hold one
+    # value a batch (~8 distinct of 40), so a p50 on the step between two batches moves by the
+    # whole step when a stall moves one batch past its neighbour (seen idle: 22.88 vs 21.79 ms).
     summary = log["summary"]
     figures = {"queue": parts["queue"], "end_to_end": parts["end_to_end"],
                "ttft": {"p50_ms": tp["ttft_p50_ms"], "p99_ms": tp["ttft_p99_ms"]},
                "tpot": {"p50_ms": tp["tpot_p50_ms"], "p99_ms": tp["tpot_p99_ms"]}}  # fmt: skip
     for part, row in figures.items():
-        for col in ("p50_ms", "p99_ms"):
+        pairs = [(float(traced[str(r["request"])][f"{part}_ms"]), float(r[f"{part}_ms"]))
+                 for r in log["requests"]]  # fmt: skip
+        server = [o for _, o in pairs]
+        moved = sum(abs(t - o) > tolerance(o) for t, o in pairs) / (len(pairs) - 1)
+        for q, col in ((0.5, "p50_ms"), (0.99, "p99_ms")):
             expected = summary[f"{part}_{col}"]
-            assert abs(row[col] - expected) <= tolerance(expected), (trace.name, part, col, row)
+            assert expected == pytest.approx(quantile(server, q), abs=1e-3), (part, col)
+            lo, hi = quantile(server, max(0.0, q - moved)), quantile(server, min(1.0, q + moved))
+            within = lo - tolerance(lo) <= row[col] <= hi + tolerance(hi)
+            assert within, (trace.name, part, col, row[col], expected, lo, hi, moved)
     # every request made the server's --new-tokens (a prefill, then decode steps)
     for r in log["requests"]:
         assert traced[str(r["request"])]["output_tokens"] == r["output_tokens"], trace.name
