@@ -110,9 +110,12 @@ def check_percentiles(trace: Path, log: dict) -> None:
     # stalls a few threads between the server's clock read and the range: seen, 0.7 ms at p50
     # beside a Spark JVM; a p50/p99 of 40 values moves with them).
     traced = {r["request_key"]: r for r in per_request}
-    for part in ("queue", "ttft", "tpot", "end_to_end"):
-        pairs = [(float(traced[str(r["request"])][f"{part}_ms"]), float(r[f"{part}_ms"]))
-                 for r in log["requests"]]  # fmt: skip
+    pairs_of = {
+        part: [(float(traced[str(r["request"])][f"{part}_ms"]), float(r[f"{part}_ms"]))
+               for r in log["requests"]]
+        for part in ("queue", "ttft", "tpot", "end_to_end")
+    }  # fmt: skip
+    for part, pairs in pairs_of.items():
         bias = quantile([t - o for t, o in pairs], 0.5)
         p50 = quantile([o for _, o in pairs], 0.5)
         assert abs(bias) <= tolerance(p50), (trace.name, part, bias, p50, pairs)
@@ -146,8 +149,7 @@ def check_percentiles(trace: Path, log: dict) -> None:
                "ttft": {"p50_ms": tp["ttft_p50_ms"], "p99_ms": tp["ttft_p99_ms"]},
                "tpot": {"p50_ms": tp["tpot_p50_ms"], "p99_ms": tp["tpot_p99_ms"]}}  # fmt: skip
     for part, row in figures.items():
-        pairs = [(float(traced[str(r["request"])][f"{part}_ms"]), float(r[f"{part}_ms"]))
-                 for r in log["requests"]]  # fmt: skip
+        pairs = pairs_of[part]
         server = [o for _, o in pairs]
         moved = sum(abs(t - o) > tolerance(o) for t, o in pairs) / (len(pairs) - 1)
         for q, col in ((0.5, "p50_ms"), (0.99, "p99_ms")):
