@@ -93,6 +93,7 @@ class SparkTraceSet:
         self.sources = sources
         self.approx_percentiles = approx_percentiles
         self._owns_session = owns_session
+        self._traces: dict[int, str] | None = None
 
     def sql(
         self, query: str, params: dict[str, Any] | None = None, dialect: str = "duckdb"
@@ -113,9 +114,11 @@ class SparkTraceSet:
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Run the named query over every trace (or `trace_id=N`), as TraceSet.query."""
-        from tracekit.sql import run_named_query  # lazy: the catalogue at first use
+        from tracekit.sql import list_traces, run_named_query  # lazy: the catalogue at first use
 
-        return run_named_query(self.sql, name, params)
+        if self._traces is None:  # the views are fixed for this object's life: list them once
+            self._traces = list_traces(self.sql)
+        return run_named_query(self.sql, name, params, self._traces)
 
     def query_dicts(self, name: str, **params: Any) -> list[dict[str, Any]]:
         """The named query's rows as dicts (TraceSet.query_dicts)."""

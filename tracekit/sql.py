@@ -210,19 +210,28 @@ def load_query(name: str) -> NamedQuery:
     return queries[name]
 
 
-def run_named_query(run_sql: RunSql, name: str, params: dict[str, Any]) -> pl.DataFrame:
+def list_traces(run_sql: RunSql) -> dict[int, str]:
+    """trace_id -> path of every trace an engine holds, in trace_id order."""
+    listing = run_sql("SELECT trace_id, path FROM traces ORDER BY trace_id", None)
+    return {int(i): str(p) for i, p in listing.rows()}
+
+
+def run_named_query(
+    run_sql: RunSql, name: str, params: dict[str, Any], traces: dict[int, str] | None = None
+) -> pl.DataFrame:
     """Run a named query through an engine's `sql` (DuckDB or Spark).
 
     A query over one trace ($trace_id) runs over every trace when no trace_id is given, its
     rows concatenated (each carries its trace_id); an unknown trace_id is an error naming the
-    traces there are."""
+    traces there are. `traces` is `list_traces(run_sql)` where the caller keeps it (a Spark
+    query costs a job even for this listing); it is read here otherwise."""
     import polars as pl
 
     q = load_query(name)
     if "trace_id" not in {p.name for p in q.params}:
         return run_sql(q.text, q.bind(params))
-    listing = run_sql("SELECT trace_id, path FROM traces ORDER BY trace_id", None)
-    traces = {int(i): str(p) for i, p in listing.rows()}
+    if traces is None:
+        traces = list_traces(run_sql)
     if "trace_id" in params:
         wanted = q.bind(params)["trace_id"]
         if wanted not in traces:
