@@ -231,15 +231,22 @@ def test_padded_mode_findings_name_padding_and_attention_scores(service_capture)
 def test_bucketed_mode_drops_the_padding_and_attention_findings(service_capture, tmp_path):
     """Bucketing removes the padding finding and most score work: the [B, H, L, L] work shrinks
     with the square of the padded length (640 -> its bucket; measured 13-70x less on this model).
-    Score ops still take about half of inference op time (0.49-0.51 over 3 captures: with
-    hidden 64 and 4 heads a score tensor outgrows the hidden states from L = 16), short of the
-    two thirds that "dominates" asks (the padded run: 0.87)."""
+    Score ops still take about half to two thirds of inference op self time (0.49-0.51 over 3
+    captures in stop 40; 0.56 and 0.69 idle, and past 2/3 once in a loaded suite, in stop 48:
+    with hidden 64 and 4 heads a score tensor outgrows the hidden states from L = 16), which
+    straddles the two thirds that "dominates" asks (the padded run: 0.87). So the attention
+    finding is held to the trace it reads (stated exactly when that capture's share reaches
+    2/3), and the program's change to the shapes the ops ran on."""
     run_dir = tmp_path / "bucket"
     cmd = [sys.executable, str(SERVICE), "--requests", str(REQUESTS), "--padding", "bucket"]
     res = run_capture(["-o", str(run_dir), "--no-nsys", *STAGE_ARGS, "--", *cmd])
     assert res.returncode == 0, res.stderr[-3000:]
     found = findings_of(run_dir, 1)
-    assert not {"padding_waste", "attention_scores", "attention_heavy"} & found, found
+    assert not {"padding_waste", "attention_heavy"} & found, found
+    with tracekit.open(run_dir) as t:
+        rows = t.query_dicts("attention_score_ops", trace_id=1)
+    share = next(r["share"] for r in rows if r["stage"] == "inference")
+    assert ("attention_scores" in found) == (share >= 2 / 3), (share, found)
 
     # The score work, from the shapes the ops ran on (times would depend on the machine's load
     # during each capture: this assertion compared them and failed under load).
