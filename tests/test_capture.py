@@ -206,37 +206,48 @@ def test_bad_schedule_is_a_one_line_error(tmp_path):
 
 
 def test_nsys_failing_to_start_is_recognized_in_the_forwarded_output() -> None:
-    """nsys's daemon refusing a session, or its process waiter failing on sem_open (both seen
-    under load: the program never ran), is noticed while the output is forwarded, so capture
-    runs it once more; other failures are not."""
+    """nsys's daemon refusing or dropping a session, or its process waiter failing on sem_open
+    (all seen under load: the program never ran), is noticed while the output is forwarded, so
+    capture runs it again; other failures, and a program's own line that mentions a reset
+    connection, are not."""
     from tracekit.capture.process import run_bounded
 
     for message in (
         "[QuadDCommon::tag_message*] = Local Endpoint is not available.",
         "[boost::errinfo_api_function_*] = sem_open",  # its process waiter (seen in CI)
+        "Connection reset by peer",  # nsys's whole line when its daemon drops the session
+        "End of file",
     ):
         said = f"import sys; sys.stderr.write({message!r} + '\\n'); sys.exit(1)"
         assert run_bounded([sys.executable, "-c", said], filter_noise=True).nsys_not_started
-    other = "import sys; sys.stderr.write('Traceback: boom\\n'); sys.exit(1)"
-    assert not run_bounded([sys.executable, "-c", other], filter_noise=True).nsys_not_started
+        assert run_bounded([sys.executable, "-c", said], quiet=True).nsys_not_started
+    for other in ("Traceback: boom", "client 3: Connection reset by peer, retrying",
+                  "EOFError: End of file"):  # fmt: skip
+        said = f"import sys; sys.stderr.write({other!r} + '\\n'); sys.exit(1)"
+        assert not run_bounded([sys.executable, "-c", said], filter_noise=True).nsys_not_started
 
 
 def test_a_failed_start_is_run_again_only_when_the_program_left_nothing(tmp_path: Path) -> None:
-    """The once-more of an nsys that could not start runs the user's program a second time, so
-    it waits for proof that the first never got going: no torch trace, no stage records."""
+    """The retry of an nsys that could not start runs the user's program again, so it waits
+    for proof that the first never got going: no torch trace, no stage records, no nsys report
+    (and a run without nsys is never retried)."""
     from tracekit.capture import _program_ran
     from tracekit.capture.plan import Run
 
     attributes = tmp_path / "attributes"
     attributes.mkdir()
-    run = Run("combined", [], {}, [], torch_trace=tmp_path / "torch.pt.trace.json",
-              attributes_dir=attributes)  # fmt: skip
+    run = Run("combined", [], {}, [], nsys_output=tmp_path / "nsys",
+              torch_trace=tmp_path / "torch.pt.trace.json", attributes_dir=attributes)  # fmt: skip
     assert not _program_ran(run)
-    (attributes / "attributes-1.jsonl").write_text("{}\n")
-    assert _program_ran(run)
-    (attributes / "attributes-1.jsonl").unlink()
-    run.torch_trace.write_text("{}")  # type: ignore[union-attr]
-    assert _program_ran(run)
+    left = [attributes / "attributes-1.jsonl", run.torch_trace, tmp_path / "nsys.nsys-rep",
+            tmp_path / "nsys.qdstrm"]  # fmt: skip
+    for path in left:
+        assert path is not None
+        path.write_text("{}\n")
+        assert _program_ran(run), path
+        path.unlink()
+    assert not _program_ran(run)
+    assert _program_ran(Run("torch", [], {}, [], attributes_dir=attributes))
 
 
 def test_probe_tells_torch_and_cuda_without_importing_a_cpu_torch() -> None:

@@ -41,6 +41,10 @@ from tracekit.errors import CaptureFailed
 __all__ = ["CaptureOptions", "CaptureResult", "StageTarget", "capture", "default_run_dir",
            "parse_target"]  # fmt: skip
 
+# nsys sessions that fail before the program runs are retried (1 s, then 2 s apart): a failure
+# to start came 3 times in 54 captures, three at a time beside two CPU burners.
+NSYS_START_ATTEMPTS = 3
+
 _OURS = (MANIFEST, ATTRIBUTES_DIR, TORCH_TRACE, f"{NSYS_BASENAME}.nsys-rep",
          f"{NSYS_BASENAME}.sqlite", f"{NSYS_BASENAME}.qdstrm")  # fmt: skip
 
@@ -107,11 +111,14 @@ def capture(opts: CaptureOptions) -> CaptureResult:
         run.attributes_dir.mkdir(parents=True, exist_ok=True)
         res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
                           filter_noise=not opts.verbose)  # fmt: skip
-        if (res.nsys_not_started and res.returncode != 0 and run.nsys_output is not None
-                and not _program_ran(run)):  # fmt: skip
-            # nsys failed before the program ran (its daemon or its process waiter): once more
-            _notice("nsys could not start the program (see its message above); ran it again",
-                    notices)  # fmt: skip
+        for attempt in range(2, NSYS_START_ATTEMPTS + 1):
+            if not (res.nsys_not_started and res.returncode != 0 and not _program_ran(run)):
+                break
+            # nsys failed before the program ran (its daemon or its process waiter), as it does
+            # when another nsys session holds its daemon: wait for that one, then again
+            _notice(f"nsys could not start the program (see its message above); running it "
+                    f"again (try {attempt} of {NSYS_START_ATTEMPTS})", notices)  # fmt: skip
+            time.sleep(attempt - 1)
             res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
                               filter_noise=not opts.verbose)  # fmt: skip
         rc = res.returncode
@@ -200,8 +207,13 @@ def capture(opts: CaptureOptions) -> CaptureResult:
 
 
 def _program_ran(run: Run) -> bool:
-    """Whether the run's program left anything: its torch trace, its stage records."""
-    if run.torch_trace is not None and run.torch_trace.exists():
+    """Whether the run's program (or nsys) left anything: its torch trace, its stage records,
+    nsys's report. Only a run that left nothing is run again."""
+    if run.nsys_output is None:
+        return True  # no nsys: nothing to retry
+    out = run.nsys_output
+    left = [run.torch_trace, *(out.with_name(out.name + s) for s in (".nsys-rep", ".qdstrm"))]
+    if any(p is not None and p.exists() for p in left):
         return True
     return run.attributes_dir is not None and any(run.attributes_dir.iterdir())
 

@@ -33,12 +33,16 @@ TOOL_NOISE = re.compile(
 )
 
 
-# nsys failing before the program runs, both seen on a loaded machine with two captures at once:
-# it cannot reach its own daemon ("Local Endpoint is not available"), or its process waiter
-# cannot open its semaphore ("[boost::errinfo_api_function_*] = sem_open"). capture runs it once
-# more only when the program also left no trace of having run (tracekit.capture).
+# nsys failing before the program runs, all seen on a loaded machine with captures at once:
+# it cannot reach its own daemon ("Local Endpoint is not available"), its daemon drops the
+# session (a bare boost.asio error line, "Connection reset by peer" or "End of file", and exit 1
+# after ~0.3 s: 3 in 54 captures, three at a time beside two CPU burners), or its process
+# waiter cannot open its semaphore ("[boost::errinfo_api_function_*] = sem_open"). capture runs
+# it again only when the program also left no trace of having run and nsys no report.
 NSYS_NOT_STARTED = re.compile(
     rb"Local Endpoint is not available|errinfo_api_function_\*\] = sem_open"
+    rb"|^(?:Connection reset by peer|End of file)\r?$",
+    re.M,
 )
 
 
