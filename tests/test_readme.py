@@ -47,3 +47,24 @@ def test_readme_commands_run_as_written(tmp_path: Path) -> None:
         expected = readme_tour.shape(block.output, block.loose)
         assert readme_tour.shape(out, block.loose) == expected, f"$ {block.command}\n{out}"
     assert not list((work / "sample_traces").glob("*.duckdb*"))  # nothing beside inputs
+
+
+def test_a_capture_nsys_retried_reads_as_its_last_run(tmp_path: Path) -> None:
+    """nsys failing to start under load is retried by capture (tracekit.capture); the tour
+    compares the last run's output, without nsys's messages and the retry notices before it."""
+    from tracekit.capture import NSYS_RETRY_NOTICE
+
+    printed = ["tracekit: a plan notice", "End of file",
+               f"tracekit: {NSYS_RETRY_NOTICE} (try 2 of 3)", "Connection reset by peer",
+               f"tracekit: {NSYS_RETRY_NOTICE} (try 3 of 3)", "request p50 1.0 ms",
+               "Next: tracekit report runs/x"]  # fmt: skip
+    command = "printf '%s\\n' " + " ".join(f"'{line}'" for line in printed)
+    block = readme_tour.Block(command, "", None, False, 0, (0, 0))
+    assert readme_tour.run(block, tmp_path) == (
+        0,
+        "request p50 1.0 ms\nNext: tracekit report runs/x\n",
+    )
+    plain = readme_tour.Block(
+        "printf 'tracekit: a plan notice\\nok\\n'", "", None, False, 0, (0, 0)
+    )
+    assert readme_tour.run(plain, tmp_path) == (0, "tracekit: a plan notice\nok\n")

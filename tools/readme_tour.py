@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracekit.capture import NSYS_RETRY_NOTICE
+
 REPO = Path(__file__).resolve().parent.parent
 FENCE = re.compile(
     r"(?:<!-- readme:(?P<opts>[^>]*)-->\n)?```console\n\$ (?P<cmd>[^\n]*)\n(?P<out>.*?)```", re.S
@@ -50,20 +52,20 @@ def blocks(text: str) -> list[Block]:
 
 
 # tracekit capture's notice when nsys failed before the program ran (seen on a loaded machine:
-# nsys's process waiter, "sem_open ... No such file or directory") and the run was done again
-NSYS_RETRY = "tracekit: nsys could not start the program (see its message above); ran it again"
+# nsys's daemon or its process waiter) and the run is done again
+NSYS_RETRY = f"tracekit: {NSYS_RETRY_NOTICE} (try "
 
 
 def run(block: Block, cwd: Path) -> tuple[int, str]:
     """Run one command as a user would, in `cwd`; (exit code, output as the README shows it).
-    A capture that tracekit ran again because nsys could not start the program is its second
+    A capture that tracekit ran again because nsys could not start the program is its last
     run's output: nsys's failure message and the notice, printed before it, are left out."""
     res = subprocess.run(block.command, shell=True, cwd=cwd, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, timeout=900)  # fmt: skip
     lines = res.stdout.rstrip("\n").splitlines()
-    retried = [i for i, line in enumerate(lines) if line.strip() == NSYS_RETRY]
+    retried = [i for i, line in enumerate(lines) if line.startswith(NSYS_RETRY)]
     if retried:
-        lines = lines[retried[0] + 1 :]
+        lines = lines[retried[-1] + 1 :]
     if block.head is not None:
         lines = lines[: block.head]
     return res.returncode, "".join(line.rstrip() + "\n" for line in lines)

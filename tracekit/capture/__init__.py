@@ -44,6 +44,7 @@ __all__ = ["CaptureOptions", "CaptureResult", "StageTarget", "capture", "default
 # nsys sessions that fail before the program runs are retried (1 s, then 2 s apart): a failure
 # to start came 3 times in 54 captures, three at a time beside two CPU burners.
 NSYS_START_ATTEMPTS = 3
+NSYS_RETRY_NOTICE = "nsys could not start the program (see its message above); running it again"
 
 _OURS = (MANIFEST, ATTRIBUTES_DIR, TORCH_TRACE, f"{NSYS_BASENAME}.nsys-rep",
          f"{NSYS_BASENAME}.sqlite", f"{NSYS_BASENAME}.qdstrm")  # fmt: skip
@@ -116,8 +117,7 @@ def capture(opts: CaptureOptions) -> CaptureResult:
                 break
             # nsys failed before the program ran (its daemon or its process waiter), as it does
             # when another nsys session holds its daemon: wait for that one, then again
-            _notice(f"nsys could not start the program (see its message above); running it "
-                    f"again (try {attempt} of {NSYS_START_ATTEMPTS})", notices)  # fmt: skip
+            _notice(f"{NSYS_RETRY_NOTICE} (try {attempt} of {NSYS_START_ATTEMPTS})", notices)
             time.sleep(attempt - 1)
             res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
                               filter_noise=not opts.verbose)  # fmt: skip
