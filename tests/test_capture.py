@@ -231,23 +231,23 @@ def test_a_failed_start_is_run_again_only_when_the_program_left_nothing(tmp_path
     """The retry of an nsys that could not start runs the user's program again, so it waits
     for proof that the first never got going: no torch trace, no stage records, no nsys report
     (and a run without nsys is never retried)."""
-    from tracekit.capture import _program_ran
+    from tracekit.capture import _run_left_anything
     from tracekit.capture.plan import Run
 
     attributes = tmp_path / "attributes"
     attributes.mkdir()
     run = Run("combined", [], {}, [], nsys_output=tmp_path / "nsys",
               torch_trace=tmp_path / "torch.pt.trace.json", attributes_dir=attributes)  # fmt: skip
-    assert not _program_ran(run)
+    assert not _run_left_anything(run)
     left = [attributes / "attributes-1.jsonl", run.torch_trace, tmp_path / "nsys.nsys-rep",
             tmp_path / "nsys.qdstrm"]  # fmt: skip
     for path in left:
         assert path is not None
         path.write_text("{}\n")
-        assert _program_ran(run), path
+        assert _run_left_anything(run), path
         path.unlink()
-    assert not _program_ran(run)
-    assert _program_ran(Run("torch", [], {}, [], attributes_dir=attributes))
+    assert not _run_left_anything(run)
+    assert _run_left_anything(Run("torch", [], {}, [], attributes_dir=attributes))
 
 
 def test_probe_tells_torch_and_cuda_without_importing_a_cpu_torch() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.capture.manifest import MANIFEST, file_entries, versions, write_manifest
-from tracekit.capture.nsys_runner import finish_report
+from tracekit.capture.nsys_runner import finish_report, report_paths
 from tracekit.capture.plan import (
     ATTRIBUTES_DIR,
     NSYS_BASENAME,
@@ -41,8 +41,8 @@ from tracekit.errors import CaptureFailed
 __all__ = ["CaptureOptions", "CaptureResult", "StageTarget", "capture", "default_run_dir",
            "parse_target"]  # fmt: skip
 
-# nsys sessions that fail before the program runs are retried (1 s, then 2 s apart): a failure
-# to start came 3 times in 54 captures, three at a time beside two CPU burners.
+# nsys sessions that fail before the program runs (process.NSYS_NOT_STARTED) are tried again,
+# 1 s then 2 s apart
 NSYS_START_ATTEMPTS = 3
 NSYS_RETRY_NOTICE = "nsys could not start the program (see its message above); running it again"
 
@@ -113,7 +113,7 @@ def capture(opts: CaptureOptions) -> CaptureResult:
         res = run_bounded(run.argv, env=run.env, timeout=opts.timeout,
                           filter_noise=not opts.verbose)  # fmt: skip
         for attempt in range(2, NSYS_START_ATTEMPTS + 1):
-            if not (res.nsys_not_started and res.returncode != 0 and not _program_ran(run)):
+            if not (res.nsys_not_started and res.returncode != 0 and not _run_left_anything(run)):
                 break
             # nsys failed before the program ran (its daemon or its process waiter), as it does
             # when another nsys session holds its daemon: wait for that one, then again
@@ -206,14 +206,12 @@ def capture(opts: CaptureOptions) -> CaptureResult:
     return result
 
 
-def _program_ran(run: Run) -> bool:
-    """Whether the run's program (or nsys) left anything: its torch trace, its stage records,
-    nsys's report. Only a run that left nothing is run again."""
+def _run_left_anything(run: Run) -> bool:
+    """Whether the program or nsys left anything: its torch trace, its stage records, nsys's
+    report. Only an nsys run that left nothing is run again (the program may have effects)."""
     if run.nsys_output is None:
         return True  # no nsys: nothing to retry
-    out = run.nsys_output
-    left = [run.torch_trace, *(out.with_name(out.name + s) for s in (".nsys-rep", ".qdstrm"))]
-    if any(p is not None and p.exists() for p in left):
+    if any(p is not None and p.exists() for p in (run.torch_trace, *report_paths(run.nsys_output))):
         return True
     return run.attributes_dir is not None and any(run.attributes_dir.iterdir())
 

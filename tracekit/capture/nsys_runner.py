@@ -91,13 +91,18 @@ def profile_argv(
     return argv + command
 
 
+def report_paths(output: Path) -> tuple[Path, Path]:
+    """The report `nsys profile -o output` writes, and the .qdstrm it leaves when it cannot
+    import it."""
+    return output.with_name(output.name + ".nsys-rep"), output.with_name(output.name + ".qdstrm")
+
+
 def finish_report(nsys: Nsys, output: Path, timeout: float | None) -> tuple[list[Path], list[str]]:
     """After `nsys profile -o output`: import a leftover .qdstrm, export SQLite.
 
     Returns (files written, notices)."""
     notices: list[str] = []
-    rep = output.with_name(output.name + ".nsys-rep")
-    qdstrm = output.with_name(output.name + ".qdstrm")
+    rep, qdstrm = report_paths(output)
     if not rep.exists() and qdstrm.exists():
         importer = find_importer(nsys)
         if importer is None:
